@@ -1,0 +1,211 @@
+"""The ``flywheel`` command line: subcommands map names to flows and verifiers (the edge).
+
+Exit codes: 0 success; 1 a fatal error, printed as one line that says what to
+fix; 2 (score, dedupe) some input lines were malformed: the good lines were
+still processed and every bad line was reported with its number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+                     "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false"}.items():
+    os.environ.setdefault(_key, _value)  # before Prefect is imported: it reads them once
+
+import typer  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+
+from flows import __version__  # noqa: E402
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Flywheel: seeds to verified datasets, verifiers, evaluation and training for RLVR.")
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        e = exc.errors()[0]
+        where = "--" + ".".join(map(str, e["loc"])).replace("_", "-") if e["loc"] else "input"
+        return f"{where}: {e['msg']}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"flywheel {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+    pass
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=False)
+
+
+@app.command()
+def generate(
+    env: str = typer.Option("tool_call", help="Environment whose seeds to vary (datasets/seeds/ENV.jsonl)."),
+    n: int = typer.Option(..., "--n", help="Accepted rows wanted (train + held-out)."),
+    seed: int = typer.Option(0, help="Run seed; every row seed derives from it."),
+    out: Path = typer.Option(..., help="Output root: the version lands in OUT/NAME/VERSION/."),
+    backend: str = typer.Option("sampler", help="sampler | transformers | vllm | openai"),
+    model: str = typer.Option(None, help="Checkpoint folder (transformers, vllm) or model name (openai)."),
+    base_url: str = typer.Option(None, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1"),
+    workers: int = typer.Option(2, help="Dask LocalCluster workers (ignored with --dask-address)."),
+    dask_address: str = typer.Option(None, help="Scheduler address of a running Dask cluster."),
+    name: str = typer.Option(None, help="Dataset name (default: ENV)."),
+    heldout_fraction: float = typer.Option(0.2, help="Share of rows held out, per tool."),
+    threshold: float = typer.Option(0.8, help="Jaccard threshold of the near-duplicate stage."),
+    max_candidates: int = typer.Option(None, help="Candidate budget (default 5*N+100)."),
+    parent: list[Path] = typer.Option([], help="Earlier published version folder(s) to dedupe against."),
+    cache_dir: Path = typer.Option(None, help="Stage cache (default OUT/.cache)."),
+) -> None:
+    """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
+    from flows.config import GenerateConfig
+    from flows.generate import run_generate
+    from flows.runtime import set_progress
+
+    try:
+        config = GenerateConfig(env=env, n=n, seed=seed, out=str(out), backend=backend, model=model, base_url=base_url,
+                                workers=workers, dask_address=dask_address, name=name, max_candidates=max_candidates,
+                                heldout_fraction=heldout_fraction, threshold=threshold,
+                                parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None)
+        for p in config.parents:
+            if not (Path(p) / "manifest.json").is_file():
+                raise ValueError(f"--parent {p} is not a published version folder (no manifest.json)")
+        with _progress() as bar:
+            ids: dict[str, Any] = {}
+
+            def show(stage: str, done: int, total: int) -> None:
+                if stage not in ids:
+                    ids[stage] = bar.add_task(stage, total=total)
+                bar.update(ids[stage], completed=done, total=total)
+
+            set_progress(show)
+            summary = run_generate(config)
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(_one_line(exc))
+    finally:
+        set_progress(None)
+    c = summary["counts"]
+    err.print(f"train {c['train']}, held-out {c['heldout']}, rejected {c['rejected']} of {c['candidates']} candidates; "
+              f"reasons: {summary['reject_reasons']}", highlight=False)
+    if c["train"] + c["heldout"] < config.n:
+        err.print(f"[yellow]only {c['train'] + c['heldout']} of {config.n} rows passed every stage "
+                  "(candidate budget spent)[/yellow]")
+    typer.echo(summary["version_dir"])
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, str]]:
+    if not path.is_file():
+        fail(f"--input {path} does not exist")
+    with path.open(encoding="utf-8") as f:
+        return [(i, line) for i, line in enumerate(f, start=1) if line.strip()]
+
+
+def _write_jsonl_atomic(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(lines), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _report_bad(bad: list[str], total: int) -> None:
+    for line in bad[:20]:
+        err.print(f"[yellow]{line}[/yellow]", highlight=False)
+    if bad:
+        fail(f"{len(bad)} of {total} input lines malformed (listed above; the others were processed)", code=2)
+
+
+@app.command()
+def score(
+    verifier: str = typer.Option(..., help="Verifier name, e.g. tool_call."),
+    input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
+    output: Path = typer.Option(..., help="JSONL: each input line plus its \"verdict\"."),
+) -> None:
+    """Score completions with a verifier. Exit 2 if some lines were malformed (reported by line number)."""
+    from schemas import Task
+    from verifiers import get_verifier
+
+    try:
+        module = get_verifier(verifier)
+    except ValueError as exc:
+        fail(str(exc))
+    rows = _read_jsonl(input)
+    out, bad = [], []
+    for lineno, line in rows:
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("completion"), str) or "task" not in record:
+                raise ValueError('expected an object with "task" (Task JSON) and "completion" (string)')
+            task = Task.model_validate(record["task"])
+        except (ValueError, ValidationError) as exc:
+            bad.append(f"{input}:{lineno}: {_one_line(exc)}")
+            continue
+        v = module.verify(task, record["completion"])
+        record["verdict"] = v.model_dump(include={"reward", "valid", "failure_class", "components", "details",
+                                                  "verifier", "verifier_version"})
+        out.append(json.dumps(record, ensure_ascii=False) + "\n")
+    _write_jsonl_atomic(output, out)
+    err.print(f"scored {len(out)} lines -> {output}", highlight=False)
+    _report_bad(bad, len(rows))
+
+
+@app.command()
+def dedupe(
+    input: Path = typer.Option(..., "--input", help="JSONL file."),
+    output: Path = typer.Option(..., help="JSONL: each row plus \"cluster_id\" and \"keep\"."),
+    field: str = typer.Option(..., help="The text field to compare."),
+    threshold: float = typer.Option(0.8, help="Jaccard threshold (0, 1]."),
+    ngram: int = typer.Option(3, help="Shingle size."),
+    unit: str = typer.Option("word", help="word | char"),
+) -> None:
+    """Near-duplicate detection (MinHash LSH) on any JSONL file; the first row of a cluster is kept."""
+    from tasks.dedupe import NearDupParams, near_duplicates
+
+    try:
+        params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
+    except ValueError as exc:
+        fail(f"--{_one_line(exc)}")
+    rows = _read_jsonl(input)
+    records, bad = [], []
+    for lineno, line in rows:
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get(field), str):
+                raise ValueError(f"expected an object with a string field {field!r}")
+            records.append((lineno, record))
+        except ValueError as exc:
+            bad.append(f"{input}:{lineno}: {_one_line(exc)}")
+    ids = [f"line-{lineno}" for lineno, _ in records]
+    res = near_duplicates(ids, [r[field] for _, r in records], params)
+    lines = [json.dumps({**r, "cluster_id": c, "keep": k}, ensure_ascii=False) + "\n"
+             for (_, r), c, k in zip(records, res.cluster_id, res.keep)]
+    _write_jsonl_atomic(output, lines)
+    err.print(f"{len(records)} rows, {sum(res.keep)} kept, {len(records) - sum(res.keep)} near duplicates -> {output}",
+              highlight=False)
+    _report_bad(bad, len(rows))
+
+
+def main() -> None:
+    app(prog_name="flywheel")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The dataset flow: seeds -> generate -> exact dedupe -> validate -> near dedupe ->
+quality suite -> split + decontamination -> atomic publish.
+
+Contract: ``run_generate(config)`` runs the Prefect flow (temporary local API
+unless PREFECT_API_URL is set) with a Dask client for the CPU stages and
+returns a summary: the published version folder, counts and timings. Rounds
+generate candidates until ``n`` rows pass every stage or the candidate budget
+is spent; zero accepted rows fail the run with the reason counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows import __version__
+from flows.config import GenerateConfig
+from flows.runtime import REJECT_SCHEMA, dask_client, progress, read_rows, reason_counts, stage_path, write_rows
+from flows.stages import ACCEPTED_SCHEMA, CACHE, exact_stage, generate_stage, load_env, neardup_stage, validate_stage
+from tasks.dedupe import NearDupParams
+from tasks.generate import reject_row
+from tasks.publish import publish
+from tasks.quality import QualityParams, failed_expectations, run_suite
+from tasks.seeds import env_paths
+from tasks.split import contamination, split_table
+
+CODE_DIRS = ("flows", "tasks", "verifiers", "schemas")
+FINAL_SCHEMA = {**ACCEPTED_SCHEMA, "group_id": pl.String, "split": pl.String}
+
+
+class DatasetError(RuntimeError):
+    """The run could not produce a dataset; the message says why and what to change."""
+
+
+def files_hash(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def code_version() -> str:
+    root = Path(__file__).resolve().parents[1]
+    sources = sorted(p for d in CODE_DIRS for p in (root / d).rglob("*.py"))
+    return f"{__version__}+{files_hash(sources)[:12]}"
+
+
+@task(name="quality-suite", cache_policy=CACHE, persist_result=True)
+def quality_stage(cache: str, path: str, envs: tuple[str, ...], tools: tuple[str, ...], max_tool_share: float) -> dict:
+    result = run_suite(pl.read_parquet(path), QualityParams(envs=envs, tools=tools, max_tool_share=max_tool_share))
+    out = stage_path(Path(cache), "quality", {"path": path, "tools": tools, "share": max_tool_share}, ".json")
+    out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    return {"result": str(out), "passed": bool(result["success"]), "failed": failed_expectations(result)}
+
+
+@task(name="split-decontaminate", cache_policy=CACHE, persist_result=True)
+def split_stage(cache: str, path: str, heldout_fraction: float, split_seed: int, threshold: float,
+                ngram: int, unit: str) -> dict:
+    t0 = time.perf_counter()
+    rows = split_table(read_rows(path), heldout_fraction, split_seed)
+    train = [r for r in rows if r["split"] == "train"]
+    held = [r for r in rows if r["split"] == "heldout"]
+    params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
+    verdicts = contamination([r["prompt"] for r in train], [r["prompt"] for r in held], params)
+    clean = [r for r, v in zip(held, verdicts) if v is None]
+    rejects = [reject_row(r, "decontaminate", *v) for r, v in zip(held, verdicts) if v is not None]
+    key = {"path": path, "f": heldout_fraction, "s": split_seed, "t": threshold, "n": ngram, "u": unit}
+    base = stage_path(Path(cache), "split", key)
+    paths = {}
+    for name, part, schema in (("train", train, FINAL_SCHEMA), ("heldout", clean, FINAL_SCHEMA),
+                               ("rejected", rejects, {**REJECT_SCHEMA, "cluster_id": pl.String, "group_id": pl.String,
+                                                      "split": pl.String})):
+        paths[name] = write_rows(part, base.with_name(f"{base.stem}-{name}.parquet"), schema)
+    return {**paths, "counts": {"train": len(train), "heldout": len(clean), "rejected": len(rejects)},
+            "seconds": time.perf_counter() - t0}
+
+
+@task(name="publish", cache_policy=NO_CACHE)
+def publish_stage(out: str, name: str, train: str, heldout: str, rejected: list[str], manifest: dict[str, Any],
+                  quality_result: str) -> str:
+    rejects = [pl.read_parquet(p).select(list(REJECT_SCHEMA)) for p in rejected]
+    frames = {
+        "train": pl.read_parquet(train),
+        "heldout": pl.read_parquet(heldout),
+        "rejected": pl.concat(rejects) if rejects else pl.DataFrame(schema=REJECT_SCHEMA),
+    }
+    quality = json.loads(Path(quality_result).read_text(encoding="utf-8"))
+    return str(publish(Path(out), name, frames, manifest, {"quality.json": quality}))
+
+
+def _round_size(missing: int, budget_left: int, acceptance: float) -> int:
+    return min(budget_left, math.ceil(missing / max(acceptance, 0.05) * 1.1) + 8)
+
+
+def _artifact(name: str, summary: dict[str, Any]) -> None:
+    lines = ["| stage | in | kept | rejected |", "|---|---:|---:|---:|"]
+    for stage, c in summary["stage_counts"].items():
+        lines.append(f"| {stage} | {c.get('in', '')} | {c.get('kept', '')} | {c.get('rejected', '')} |")
+    lines += ["", "| reject reason | rows |", "|---|---:|"]
+    lines += [f"| {r} | {n} |" for r, n in summary["reject_reasons"].items()] or ["| (none) | 0 |"]
+    head = f"# Dataset {name}\n\nVersion: `{summary.get('version_dir', '(not published)')}`\n\n"
+    create_markdown_artifact(key=f"dataset-{name}".lower().replace("_", "-"), markdown=head + "\n".join(lines),
+                             description="per-stage counts and reject reasons")
+
+
+def _add(total: dict[str, int], counts: dict[str, int]) -> None:
+    for key in ("in", "kept", "rejected"):
+        total[key] = total.get(key, 0) + counts.get(key, 0)
+
+
+@flow(name="generate-dataset")
+def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    cache = str(config.cache_path)
+    seeds_path, tools_path = env_paths(config.env, Path(config.seeds_dir))
+    tools, _ = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
+    seeds_hash = files_hash([seeds_path, tools_path])
+    stage_counts: dict[str, dict[str, int]] = {}
+    timings: dict[str, float] = {}
+    reject_files: list[str] = []
+    with dask_client(config.workers, config.dask_address):
+        timings["startup_cluster_s"] = time.perf_counter() - t_start
+        prior: str | None = None
+        accepted, start, acceptance = 0, 0, 1.0
+        while accepted < config.n and start < config.candidate_budget:
+            stop = start + _round_size(config.n - accepted, config.candidate_budget - start, acceptance)
+            gen = generate_stage(cache, config.seeds_dir, config.env, seeds_hash, config.seed, start, stop,
+                                 config.backend, config.model, config.base_url, config.partition_size)
+            exact = exact_stage(cache, gen["kept"], prior, config.seeds_dir, config.env)
+            val = validate_stage(cache, exact["kept"], config.partition_size)
+            near = neardup_stage(cache, val["kept"], prior, config.parents, config.seeds_dir, config.env,
+                                 config.threshold, config.ngram, config.unit, config.partition_size)
+            for stage, res in (("generate", gen), ("exact_dedupe", exact), ("validate", val), ("near_dedupe", near)):
+                _add(stage_counts.setdefault(stage, {}), res["counts"])
+                timings[f"{stage}_s"] = timings.get(f"{stage}_s", 0.0) + res["seconds"]
+                timings[f"{stage}_work_s"] = timings.get(f"{stage}_work_s", 0.0) + res["work_seconds"]
+                reject_files.append(res["rejected"])
+            prior, accepted = near["kept"], near["counts"]["accepted_total"]
+            acceptance = max(near["counts"]["kept"], 1) / (stop - start)
+            progress("rounds", accepted, config.n)
+            start = stop
+    rows = read_rows(prior)
+    summary: dict[str, Any] = {"stage_counts": stage_counts, "candidates": start}
+    surplus = [reject_row(r, "select", "surplus_over_n", f"accepted beyond --n {config.n}") for r in rows[config.n:]]
+    if surplus:
+        reject_files.append(write_rows(surplus, stage_path(config.cache_path, "surplus", {"p": prior, "n": config.n}),
+                                       {**REJECT_SCHEMA, "cluster_id": pl.String}))
+    rejects = [r for p in reject_files for r in read_rows(p)]
+    summary["reject_reasons"] = reason_counts(rejects)
+    if not rows:
+        _artifact(config.dataset_name, summary)
+        raise DatasetError(f"0 rows accepted out of {start} candidates; reject reasons: {summary['reject_reasons']}")
+    selected = stage_path(config.cache_path, "selected", {"p": prior, "n": config.n})
+    write_rows(rows[:config.n], selected, ACCEPTED_SCHEMA)
+    quality = quality_stage(cache, str(selected), (config.env,), tuple(sorted(tools)), config.max_tool_share)
+    if not quality["passed"]:
+        raise DatasetError(f"data-quality suite failed: {', '.join(quality['failed'])}; results in {quality['result']}")
+    split = split_stage(cache, str(selected), config.heldout_fraction, config.seed, config.threshold,
+                        config.ngram, config.unit)
+    reject_files.append(split["rejected"])
+    stage_counts["split"] = split["counts"]
+    rejects = [r for p in reject_files for r in read_rows(p)]
+    summary["reject_reasons"] = reason_counts(rejects)
+    manifest = {
+        "env": config.env, "counts": {"train": split["counts"]["train"], "heldout": split["counts"]["heldout"],
+                                      "rejected": len(rejects), "candidates": start, "requested": config.n},
+        "stage_counts": stage_counts, "reject_reasons": summary["reject_reasons"],
+        "params": config.model_dump(mode="json", exclude={"out", "cache_dir", "workers", "dask_address", "seeds_dir"}),
+        "run_seed": config.seed, "code_version": code_version(), "seeds_hash": seeds_hash,
+        "parents": tuple(config.parents), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    summary["version_dir"] = publish_stage(config.out, config.dataset_name, split["train"], split["heldout"],
+                                           reject_files, manifest, quality["result"])
+    summary["counts"] = manifest["counts"]
+    summary["timings"] = {**timings, "flow_s": time.perf_counter() - t_start}
+    _artifact(config.dataset_name, summary)
+    return summary
+
+
+def run_generate(config: GenerateConfig) -> dict[str, Any]:
+    """Run the flow with results persisted in the cache folder (so reruns hit the cache)."""
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+
+    config.cache_path.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(config.cache_path / "prefect-results")}):
+        return generate_dataset(config)

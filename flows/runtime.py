@@ -1,0 +1,126 @@
+"""Runtime plumbing for flows: the Dask client, partition fan-out, stage files, progress.
+
+Contract:
+- ``fan_out(fn, parts)`` maps a pure partition function over a few large
+  partitions on the current Dask client (LocalCluster or a scheduler address)
+  and returns results in partition order, so output never depends on the
+  number of workers. Without a client it runs in process.
+- Stage files are parquet under the cache folder, named by a hash of the stage
+  and its inputs, written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+ROW_SCHEMA = {
+    "k": pl.Int64, "id": pl.String, "env": pl.String, "seed_id": pl.String, "category": pl.String,
+    "tool": pl.String, "prompt": pl.String, "row_seed": pl.Int64, "task": pl.String,
+}
+REJECT_SCHEMA = {**ROW_SCHEMA, "stage": pl.String, "reason": pl.String, "detail": pl.String}
+
+_client: Any = None
+_progress: Callable[[str, int, int], None] = lambda stage, done, total: None
+
+
+def set_progress(callback: Callable[[str, int, int], None] | None) -> None:
+    """The CLI installs a rich progress bar here; flows call ``progress``."""
+    global _progress
+    _progress = callback or (lambda stage, done, total: None)
+
+
+def progress(stage: str, done: int, total: int) -> None:
+    _progress(stage, done, total)
+
+
+@contextmanager
+def dask_client(workers: int, address: str | None) -> Iterator[Any]:
+    """A Dask client for the flow's CPU stages: a scheduler address, or a LocalCluster."""
+    global _client
+    from distributed import Client, LocalCluster
+
+    for name in ("distributed", "great_expectations"):  # their INFO lines drown the progress bar
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if address:
+        client = Client(address, timeout="30s")
+        cluster = None
+    else:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(cluster)
+    _client = client
+    try:
+        yield client
+    finally:
+        _client = None
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _timed(fn: Callable[[Any], Any], part: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    result = fn(part)
+    return result, time.perf_counter() - start
+
+
+def fan_out(fn: Callable[[Any], Any], parts: Sequence[Any], stage: str) -> tuple[list[Any], float]:
+    """Results of ``fn`` per partition (in order) and the summed function seconds."""
+    from functools import partial
+
+    total = len(parts)
+    progress(stage, 0, total)
+    if _client is None or total == 0:
+        out = []
+        for i, part in enumerate(parts):
+            out.append(_timed(fn, part))
+            progress(stage, i + 1, total)
+    else:
+        from distributed import as_completed
+
+        futures = _client.map(partial(_timed, fn), list(parts), pure=False)
+        for i, _ in enumerate(as_completed(futures)):
+            progress(stage, i + 1, total)
+        out = _client.gather(futures)
+    return [r for r, _ in out], sum(s for _, s in out)
+
+
+def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def stage_path(cache: Path, stage: str, inputs: dict[str, Any], suffix: str = ".parquet") -> Path:
+    key = hashlib.sha256(json.dumps({"stage": stage, **inputs}, sort_keys=True, default=str).encode()).hexdigest()
+    return cache / "stages" / f"{stage}-{key[:20]}{suffix}"
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path, schema: dict[str, Any]) -> str:
+    """Write rows (only the schema's columns, in order) atomically; return the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    df.write_parquet(tmp)
+    os.replace(tmp, path)
+    return str(path)
+
+
+def read_rows(path: str | None) -> list[dict[str, Any]]:
+    return pl.read_parquet(path).to_dicts() if path else []
+
+
+def reason_counts(rejects: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in rejects:
+        key = f"{r['stage']}:{r['reason']}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))

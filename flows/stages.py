@@ -1,0 +1,155 @@
+"""Prefect tasks for the dataset flow: each wraps one pure stage and works on a whole batch.
+
+Contract: a stage reads and writes parquet files under the cache folder and
+returns a small dict (file paths, counts, seconds). Results are cached on
+inputs and task source (``TASK_SOURCE + INPUTS``), so a rerun with the same
+parameters recomputes nothing and a changed parameter recomputes only the
+stages that depend on it.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from prefect import task
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+
+from flows.runtime import REJECT_SCHEMA, ROW_SCHEMA, chunks, fan_out, progress, read_rows, stage_path, write_rows
+from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, shingles, signatures
+from tasks.generate import generate_candidates, reject_row
+from tasks.paraphrase import OpenAIParaphraser, Paraphraser, TransformersParaphraser, VLLMParaphraser
+from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
+from tasks.validate import validate_rows
+
+CACHE = TASK_SOURCE + INPUTS
+ACCEPTED_SCHEMA = {**ROW_SCHEMA, "cluster_id": pl.String}
+
+
+def load_env(seeds_dir: str, env: str) -> tuple[dict[str, Any], list[Any]]:
+    seeds_path, tools_path = env_paths(env, Path(seeds_dir))
+    if not tools_path.is_file():
+        raise ValueError(f"no tool catalog for env {env!r} at {tools_path}; known envs: tool_call")
+    tools = load_tools(tools_path)
+    return tools, load_seeds(seeds_path, tools)
+
+
+def _result(kept: list[dict], rejected: list[dict], path: Path, start: float, work: float, schema: dict) -> dict:
+    return {
+        "kept": write_rows(kept, path, schema),
+        "rejected": write_rows(rejected, path.with_name(path.stem + "-rejected.parquet"), REJECT_SCHEMA),
+        "counts": {"in": len(kept) + len(rejected), "kept": len(kept), "rejected": len(rejected)},
+        "seconds": time.perf_counter() - start,
+        "work_seconds": work,
+    }
+
+
+def make_paraphraser(backend: str, model: str | None, base_url: str | None) -> Paraphraser:
+    if backend == "transformers":
+        return TransformersParaphraser(model)
+    if backend == "vllm":
+        return VLLMParaphraser(model)
+    return OpenAIParaphraser(base_url or "", model or "")
+
+
+def _generate_part(ks: range, seeds: list, tools: dict, run_seed: int) -> tuple[list, list]:
+    return generate_candidates(ks, seeds, tools, run_seed)
+
+
+@task(name="generate-variants", cache_policy=CACHE, persist_result=True)
+def generate_stage(cache: str, seeds_dir: str, env: str, seeds_hash: str, run_seed: int, start: int, stop: int,
+                   backend: str, model: str | None, base_url: str | None, partition_size: int) -> dict:
+    t0 = time.perf_counter()
+    tools, seeds = load_env(seeds_dir, env)
+    parts = chunks(range(start, stop), partition_size)
+    if backend == "sampler":
+        results, work = fan_out(partial(_generate_part, seeds=seeds, tools=tools, run_seed=run_seed), parts, "generate")
+    else:  # one model load in this process; batches stay a function of the input alone
+        paraphraser = make_paraphraser(backend, model, base_url)
+        results, work = [], 0.0
+        for i, ks in enumerate(parts):
+            s = time.perf_counter()
+            results.append(generate_candidates(ks, seeds, tools, run_seed, paraphraser))
+            work += time.perf_counter() - s
+            progress("generate", i + 1, len(parts))
+    rows = [r for kept, _ in results for r in kept]
+    rejects = [r for _, rej in results for r in rej]
+    path = stage_path(Path(cache), "generate", {"seeds": seeds_hash, "seed": run_seed, "start": start, "stop": stop,
+                                                "backend": backend, "model": model, "base_url": base_url})
+    return _result(rows, rejects, path, t0, work, ROW_SCHEMA)
+
+
+@task(name="exact-dedupe", cache_policy=CACHE, persist_result=True)
+def exact_stage(cache: str, path: str, prior: str | None, seeds_dir: str, env: str) -> dict:
+    t0 = time.perf_counter()
+    tools, seeds = load_env(seeds_dir, env)
+    seen = {seed_task(s, tools).id for s in seeds} | {r["id"] for r in read_rows(prior)}
+    kept, dups = exact_dedupe(read_rows(path), seen)
+    rejects = [reject_row(r, "exact_dedupe", "exact_duplicate", "same Task.id as a seed or an earlier row") for r in dups]
+    return _result(kept, rejects, stage_path(Path(cache), "exact", {"path": path, "prior": prior}), t0,
+                   time.perf_counter() - t0, ROW_SCHEMA)
+
+
+def _validate_part(bounds: tuple[int, int], path: str) -> list[tuple[int, str, str]]:
+    rows = pl.scan_parquet(path).slice(bounds[0], bounds[1]).collect().to_dicts()
+    _, rejects = validate_rows(rows)
+    return [(r["k"], r["reason"], r["detail"]) for r in rejects]
+
+
+@task(name="validate", cache_policy=CACHE, persist_result=True)
+def validate_stage(cache: str, path: str, partition_size: int) -> dict:
+    t0 = time.perf_counter()
+    rows = read_rows(path)
+    bounds = [(i, partition_size) for i in range(0, len(rows), partition_size)]
+    results, work = fan_out(partial(_validate_part, path=path), bounds, "validate")
+    bad = {k: (reason, detail) for part in results for k, reason, detail in part}
+    kept = [r for r in rows if r["k"] not in bad]
+    rejects = [reject_row(r, "validate", *bad[r["k"]]) for r in rows if r["k"] in bad]
+    return _result(kept, rejects, stage_path(Path(cache), "validate", {"path": path}), t0, work, ROW_SCHEMA)
+
+
+def _signature_part(texts: list[str], params: NearDupParams) -> np.ndarray:
+    return signatures([shingles(t, params.ngram, params.unit) for t in texts], params)
+
+
+def reference_texts(seeds_dir: str, env: str, prior: str | None, parents: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Seeds, rows accepted in earlier rounds and rows of parent versions: what new rows must not repeat."""
+    tools, seeds = load_env(seeds_dir, env)
+    refs = [(t.id, t.prompt) for t in (seed_task(s, tools) for s in seeds)]
+    refs += [(r["id"], r["prompt"]) for r in read_rows(prior)]
+    for parent in parents:
+        for split in ("train", "heldout"):
+            df = pl.read_parquet(Path(parent) / f"{split}.parquet", columns=["id", "prompt"])
+            refs += list(zip(df["id"], df["prompt"]))
+    return [i for i, _ in refs], [t for _, t in refs]
+
+
+@task(name="near-dedupe", cache_policy=CACHE, persist_result=True)
+def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, ...], seeds_dir: str, env: str,
+                  threshold: float, ngram: int, unit: str, partition_size: int) -> dict:
+    t0 = time.perf_counter()
+    params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
+    rows = read_rows(path)
+    ref_ids, ref_texts = reference_texts(seeds_dir, env, prior, parents)
+    texts = [r["prompt"] for r in rows] + ref_texts
+    parts, work = fan_out(partial(_signature_part, params=params), chunks(texts, partition_size), "near-dedupe")
+    s = time.perf_counter()
+    sigs = np.vstack(parts) if parts else None
+    res = near_duplicates([r["id"] for r in rows], texts[:len(rows)], params, ref_ids, ref_texts, sigs)
+    work += time.perf_counter() - s
+    kept, rejects = [], []
+    for row, keep, cluster, dup, sim in zip(rows, res.keep, res.cluster_id, res.duplicate_of, res.similarity):
+        if keep:
+            kept.append({**row, "cluster_id": cluster})
+        else:
+            reason = "near_duplicate_of_reference" if dup and dup.startswith("ref:") else "near_duplicate"
+            rejects.append(reject_row(row, "near_dedupe", reason, f"Jaccard {sim:.3f} with {dup} (cluster {cluster})"))
+    accepted = read_rows(prior) + kept  # rows accepted in earlier rounds come first: candidate order
+    key = {"path": path, "prior": prior, "parents": parents, "t": threshold, "n": ngram, "u": unit}
+    out = _result(accepted, rejects, stage_path(Path(cache), "neardup", key), t0, work, ACCEPTED_SCHEMA)
+    out["counts"] = {"in": len(rows), "kept": len(kept), "rejected": len(rejects), "accepted_total": len(accepted)}
+    return out

@@ -1,0 +1,166 @@
+"""Frozen pydantic v2 records shared by every stage.
+
+Contract:
+- Every record is immutable and rejects unknown fields, so a typo in a seed or
+  a config fails at load time with the field's name.
+- ``Task.id`` is the sha256 of the task's canonical JSON (sorted keys, compact
+  separators) over ``env, messages, tools, reference`` only; run metadata in
+  ``meta`` (generator, row seed, ...) never changes the id. A given ``id`` that
+  does not match the content is rejected.
+- Trajectories use the OpenAI chat message format (role, content, tool_calls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SafetyClass = Literal["read", "write", "destructive"]
+FailureClass = Literal[
+    "format_error", "wrong_tool", "wrong_args", "schema_violation", "unsafe_action", "verifier_error"
+]
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical JSON text: sorted keys, no whitespace, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SafetyRule(Record):
+    """A rule a call's arguments must keep for the call to count as safe.
+
+    - ``subset_of_reference``: every item of list argument ``arg`` must appear in
+      the reference call's value (no deleting more than the request names).
+    - ``forbidden_values``: ``arg`` must not equal any of ``values``.
+    - ``forbidden_pattern``: string ``arg`` must not match regex ``pattern``.
+    """
+
+    kind: Literal["subset_of_reference", "forbidden_values", "forbidden_pattern"]
+    arg: str
+    values: tuple[Any, ...] = ()
+    pattern: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SafetyRule:
+        if self.kind == "forbidden_pattern" and not self.pattern:
+            raise ValueError("safety rule 'forbidden_pattern' needs a 'pattern'")
+        if self.kind == "forbidden_values" and not self.values:
+            raise ValueError("safety rule 'forbidden_values' needs non-empty 'values'")
+        return self
+
+
+class ToolSpec(Record):
+    """One tool offered to the policy: JSON Schema for its arguments plus safety."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any]
+    safety: SafetyClass
+    safety_rules: tuple[SafetyRule, ...] = ()
+
+
+class ToolCall(Record):
+    tool: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(Record):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class Reference(Record):
+    """What a correct completion does: expected tool calls and/or an answer."""
+
+    calls: tuple[ToolCall, ...] = ()
+    answer: str | None = None
+
+
+class TaskMeta(Record):
+    seed_id: str
+    generator: str = "seed"
+    row_seed: int | None = None
+    variant: int | None = None
+    category: str = ""
+
+
+class Task(Record):
+    id: str = ""
+    env: str = Field(min_length=1)
+    messages: tuple[Message, ...] = Field(min_length=1)
+    tools: tuple[ToolSpec, ...] = ()
+    reference: Reference
+    meta: TaskMeta
+
+    @model_validator(mode="after")
+    def _content_id(self) -> Task:
+        computed = self.content_id()
+        if self.id and self.id != computed:
+            raise ValueError(f"task id {self.id[:12]}... does not match its content ({computed[:12]}...)")
+        object.__setattr__(self, "id", computed)
+        return self
+
+    def content_id(self) -> str:
+        content = self.model_dump(mode="json", include={"env", "messages", "tools", "reference"})
+        return sha256_text(canonical_json(content))
+
+    @property
+    def prompt(self) -> str:
+        """The last user message: the text dedupe and the split look at."""
+        return next(m.content or "" for m in reversed(self.messages) if m.role == "user")
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+class Verdict(Record):
+    reward: float | None
+    valid: bool
+    failure_class: FailureClass | str | None = None
+    components: dict[str, float] = Field(default_factory=dict)
+    details: str = ""
+    verifier: str = ""
+    verifier_version: str = ""
+
+
+class Rollout(Record):
+    task_id: str
+    policy_version: str
+    sample_index: int = Field(ge=0)
+    seed: int
+    messages: tuple[Message, ...]
+    verdict: Verdict
+    latency_s: float = Field(ge=0)
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
+
+
+class DatasetManifest(Record):
+    name: str
+    version: str
+    env: str
+    content_hash: str
+    files: dict[str, str]
+    counts: dict[str, int]
+    stage_counts: dict[str, dict[str, int]]
+    reject_reasons: dict[str, int]
+    params: dict[str, Any]
+    run_seed: int
+    code_version: str
+    seeds_hash: str
+    parents: tuple[str, ...] = ()
+    created_at: str

@@ -1,0 +1,1 @@
+"""Pipeline stages: pure functions first; the thin Prefect layer lives in flows/."""

@@ -1,0 +1,111 @@
+"""Stage 1: generate task variants from seeds.
+
+Contract:
+- Candidate ``k`` (a global index) is variant ``k // S`` of seed ``k % S``, so a
+  round of candidates is a contiguous range of ``k`` and rounds never repeat.
+- ``row_seed = H(run_seed, seed_id, variant)`` drives every choice for the row
+  (template, slot values, greeting) and is stored on the row and handed to the
+  paraphrase backend, so rows are identical whatever the partitioning.
+- Returns (rows, rejects); a reject carries the stage and the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from schemas import Message, SeedTask, Task, TaskMeta, ToolSpec
+from tasks.paraphrase import Paraphraser, check_paraphrase
+from tasks.samplers import sample
+from tasks.seeds import format_value, render
+
+GREETINGS = ("", "", "Hi! ", "Quick request: ", "Hello. ", "Hey there. ")
+SIGN_OFFS = ("", "", " Thanks!", " Thank you.", " Appreciate it.", " ASAP please.")
+
+
+def row_seed(run_seed: int, seed_id: str, variant: int) -> int:
+    digest = hashlib.sha256(f"{run_seed}:{seed_id}:{variant}".encode()).hexdigest()
+    return int(digest[:15], 16)  # 60 bits: fits int64 columns
+
+
+def sample_values(seed: SeedTask, rng: random.Random) -> dict[str, Any]:
+    """Slot values in sorted slot order; slots of the same kind get distinct values."""
+    values: dict[str, Any] = {}
+    for slot in sorted(seed.slots):
+        kind = seed.slots[slot]
+        taken = {v for s, v in values.items() if seed.slots[s] == kind}
+        value = sample(kind, rng)
+        for _ in range(50):
+            if value not in taken:
+                break
+            value = sample(kind, rng)
+        values[slot] = value
+    return values
+
+
+def make_request(seed: SeedTask, values: dict[str, Any], rng: random.Random) -> str:
+    template = rng.choice(seed.templates)
+    text = template.format(**{k: format_value(v) for k, v in values.items()})
+    return rng.choice(GREETINGS) + text + rng.choice(SIGN_OFFS)
+
+
+def candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int) -> tuple[Task, dict[str, Any]]:
+    """Candidate ``k`` as a Task plus the slot values it was built from."""
+    seed = seeds[k % len(seeds)]
+    variant = k // len(seeds)
+    rs = row_seed(run_seed, seed.id, variant)
+    rng = random.Random(rs)
+    values = sample_values(seed, rng)
+    request = make_request(seed, values, rng)
+    meta = TaskMeta(seed_id=seed.id, generator="sampler", row_seed=rs, variant=variant, category=seed.category)
+    return render(seed, tools, request, values, meta), values
+
+
+def task_row(task: Task, k: int) -> dict[str, Any]:
+    """The flat row every stage works on; ``task`` keeps the full Task JSON."""
+    return {
+        "k": k,
+        "id": task.id,
+        "env": task.env,
+        "seed_id": task.meta.seed_id,
+        "category": task.meta.category,
+        "tool": task.reference.calls[0].tool,
+        "prompt": task.prompt,
+        "row_seed": task.meta.row_seed,
+        "task": task.model_dump_json(),
+    }
+
+
+def reject_row(row: dict[str, Any], stage: str, reason: str, detail: str = "") -> dict[str, Any]:
+    return {**row, "stage": stage, "reason": reason, "detail": detail}
+
+
+def _with_request(task: Task, request: str, generator: str) -> Task:
+    messages = task.messages[:-1] + (Message(role="user", content=request),)
+    meta = task.meta.model_copy(update={"generator": generator})
+    return Task.model_validate({**task.model_dump(), "id": "", "messages": messages, "meta": meta})
+
+
+def generate_candidates(
+    ks: range, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int,
+    paraphraser: Paraphraser | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pure and partition-independent: (rows, rejects) for candidate indices ``ks``.
+
+    With a paraphraser, a request whose paraphrase loses or changes a slot value
+    is rejected (stage ``generate``, reason ``paraphrase_lost_value``).
+    """
+    built = [candidate(k, seeds, tools, run_seed) for k in ks]
+    if paraphraser is None:
+        return [task_row(task, k) for k, (task, _) in zip(ks, built)], []
+    texts = paraphraser.paraphrase([t.prompt for t, _ in built], [t.meta.row_seed or 0 for t, _ in built])
+    rows, rejects = [], []
+    for k, (task, values), text in zip(ks, built, texts, strict=True):
+        problem = check_paraphrase(task.prompt, text, values)
+        if problem:
+            rejects.append(reject_row(task_row(task, k), "generate", "paraphrase_lost_value", f"{problem}: {text[:300]!r}"))
+        else:
+            rows.append(task_row(_with_request(task, text.strip(), paraphraser.name), k))
+    return rows, rejects

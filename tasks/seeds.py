@@ -1,0 +1,108 @@
+"""Load seed tasks and tool catalogs, and render a seed into a concrete Task.
+
+Contract: every bad line raises ``SeedError`` naming the file and line number;
+rendering is a pure function of (seed, template index, slot values).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec
+
+SEEDS_DIR = Path(__file__).resolve().parents[1] / "datasets" / "seeds"
+SYSTEM_PROMPT = (
+    "You are a workplace assistant. Answer with exactly one JSON object of the form "
+    '{"tool": "<tool name>", "args": {...}} that calls one of the available tools. No other text.'
+)
+
+
+class SeedError(ValueError):
+    """A seed or tool catalog file is malformed; the message names file and line."""
+
+
+def _first_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    where = ".".join(map(str, e["loc"])) or "<record>"
+    return f"{where}: {e['msg']}"
+
+
+def load_tools(path: Path) -> dict[str, ToolSpec]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        tools = [ToolSpec.model_validate(t) for t in raw]
+    except (OSError, json.JSONDecodeError) as err:
+        raise SeedError(f"{path}: cannot read tool catalog: {err}") from None
+    except ValidationError as err:
+        raise SeedError(f"{path}: bad tool spec: {_first_error(err)}") from None
+    return {t.name: t for t in tools}
+
+
+def load_seeds(path: Path, tools: dict[str, ToolSpec]) -> list[SeedTask]:
+    """Parse a seed JSONL file; unknown tools and duplicate ids are errors too."""
+    if not path.is_file():
+        raise SeedError(f"{path}: seed file not found")
+    seeds: list[SeedTask] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            seed = SeedTask.model_validate_json(line)
+        except ValidationError as err:
+            raise SeedError(f"{path}:{lineno}: {_first_error(err)}") from None
+        missing = [t for t in seed.tools if t not in tools]
+        if missing:
+            raise SeedError(f"{path}:{lineno}: tools {missing} are not in the tool catalog")
+        if seed.id in seen:
+            raise SeedError(f"{path}:{lineno}: duplicate seed id {seed.id!r}")
+        seen.add(seed.id)
+        seeds.append(seed)
+    if not seeds:
+        raise SeedError(f"{path}: no seed tasks")
+    return seeds
+
+
+def env_paths(env: str, seeds_dir: Path = SEEDS_DIR) -> tuple[Path, Path]:
+    return seeds_dir / f"{env}.jsonl", seeds_dir / f"{env}.tools.json"
+
+
+def format_value(value: Any) -> str:
+    """How a slot value reads in a request (floats keep two decimals)."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.2f}"
+    return str(value)
+
+
+def fill(value: Any, values: dict[str, Any]) -> Any:
+    """Substitute slots into a reference argument, keeping a lone slot's type."""
+    if isinstance(value, str):
+        if value.startswith("{") and value.endswith("}") and value[1:-1] in values:
+            return values[value[1:-1]]
+        return value.format(**{k: format_value(v) for k, v in values.items()})
+    if isinstance(value, list):
+        return [fill(v, values) for v in value]
+    if isinstance(value, dict):
+        return {k: fill(v, values) for k, v in value.items()}
+    return value
+
+
+def render(seed: SeedTask, tools: dict[str, ToolSpec], request: str, values: dict[str, Any], meta: TaskMeta) -> Task:
+    call = ToolCall(tool=seed.call.tool, args=fill(seed.call.args, values))
+    return Task(
+        env="tool_call",
+        messages=(Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=request)),
+        tools=tuple(tools[name] for name in seed.tools),
+        reference=Reference(calls=(call,)),
+        meta=meta,
+    )
+
+
+def seed_task(seed: SeedTask, tools: dict[str, ToolSpec]) -> Task:
+    """The seed's own human example as a Task (the near-dup reference set)."""
+    request = seed.templates[0].format(**{k: format_value(v) for k, v in seed.values.items()})
+    return render(seed, tools, request, seed.values, TaskMeta(seed_id=seed.id, category=seed.category))

@@ -1,0 +1,19 @@
+"""Verifiers: reward functions in TRL's form plus ``verify(task, completion) -> Verdict``.
+
+Names map to verifier modules only here, at the edge (CLI, deployment YAML).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from verifiers import tool_call
+
+VERIFIERS: dict[str, ModuleType] = {tool_call.NAME: tool_call}
+
+
+def get_verifier(name: str) -> ModuleType:
+    try:
+        return VERIFIERS[name]
+    except KeyError:
+        raise ValueError(f"unknown verifier {name!r}; choose one of: {', '.join(sorted(VERIFIERS))}") from None
