@@ -106,6 +106,8 @@ def generate(
     c = summary["counts"]
     err.print(f"train {c['train']}, held-out {c['heldout']}, rejected {c['rejected']} of {c['candidates']} candidates; "
               f"reasons: {summary['reject_reasons']}", highlight=False)
+    if summary["cache_hits"]:
+        err.print(f"from cache: {', '.join(summary['cache_hits'])}", highlight=False)
     if c["train"] + c["heldout"] < config.n:
         err.print(f"[yellow]only {c['train'] + c['heldout']} of {config.n} rows passed every stage "
                   "(candidate budget spent)[/yellow]")

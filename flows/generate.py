@@ -26,7 +26,16 @@ from prefect.cache_policies import NO_CACHE
 from flows import __version__
 from flows.config import GenerateConfig
 from flows.runtime import REJECT_SCHEMA, dask_client, progress, read_rows, reason_counts, stage_path, write_rows
-from flows.stages import ACCEPTED_SCHEMA, CACHE, exact_stage, generate_stage, load_env, neardup_stage, validate_stage
+from flows.stages import (
+    ACCEPTED_SCHEMA,
+    CACHE,
+    exact_stage,
+    generate_stage,
+    load_env,
+    neardup_stage,
+    run_stage,
+    validate_stage,
+)
 from tasks.dedupe import NearDupParams
 from tasks.generate import reject_row
 from tasks.publish import publish
@@ -128,18 +137,19 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     stage_counts: dict[str, dict[str, int]] = {}
     timings: dict[str, float] = {}
     reject_files: list[str] = []
+    hits: list[str] = []
     with dask_client(config.workers, config.dask_address):
         timings["startup_cluster_s"] = time.perf_counter() - t_start
         prior: str | None = None
         accepted, start, acceptance = 0, 0, 1.0
         while accepted < config.n and start < config.candidate_budget:
             stop = start + _round_size(config.n - accepted, config.candidate_budget - start, acceptance)
-            gen = generate_stage(cache, config.seeds_dir, config.env, seeds_hash, config.seed, start, stop,
-                                 config.backend, config.model, config.base_url, config.partition_size)
-            exact = exact_stage(cache, gen["kept"], prior, config.seeds_dir, config.env)
-            val = validate_stage(cache, exact["kept"], config.partition_size)
-            near = neardup_stage(cache, val["kept"], prior, config.parents, config.seeds_dir, config.env,
-                                 config.threshold, config.ngram, config.unit, config.partition_size)
+            gen = run_stage(generate_stage, cache, config.seeds_dir, config.env, seeds_hash, config.seed, start, stop,
+                            config.backend, config.model, config.base_url, config.partition_size, hits=hits)
+            exact = run_stage(exact_stage, cache, gen["kept"], prior, config.seeds_dir, config.env, hits=hits)
+            val = run_stage(validate_stage, cache, exact["kept"], config.partition_size, hits=hits)
+            near = run_stage(neardup_stage, cache, val["kept"], prior, config.parents, config.seeds_dir, config.env,
+                             config.threshold, config.ngram, config.unit, config.partition_size, hits=hits)
             for stage, res in (("generate", gen), ("exact_dedupe", exact), ("validate", val), ("near_dedupe", near)):
                 _add(stage_counts.setdefault(stage, {}), res["counts"])
                 timings[f"{stage}_s"] = timings.get(f"{stage}_s", 0.0) + res["seconds"]
@@ -150,7 +160,7 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
             progress("rounds", accepted, config.n)
             start = stop
     rows = read_rows(prior)
-    summary: dict[str, Any] = {"stage_counts": stage_counts, "candidates": start}
+    summary: dict[str, Any] = {"stage_counts": stage_counts, "candidates": start, "cache_hits": hits}
     surplus = [reject_row(r, "select", "surplus_over_n", f"accepted beyond --n {config.n}") for r in rows[config.n:]]
     if surplus:
         reject_files.append(write_rows(surplus, stage_path(config.cache_path, "surplus", {"p": prior, "n": config.n}),
@@ -162,11 +172,12 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
         raise DatasetError(f"0 rows accepted out of {start} candidates; reject reasons: {summary['reject_reasons']}")
     selected = stage_path(config.cache_path, "selected", {"p": prior, "n": config.n})
     write_rows(rows[:config.n], selected, ACCEPTED_SCHEMA)
-    quality = quality_stage(cache, str(selected), (config.env,), tuple(sorted(tools)), config.max_tool_share)
+    quality = run_stage(quality_stage, cache, str(selected), (config.env,), tuple(sorted(tools)),
+                        config.max_tool_share, hits=hits)
     if not quality["passed"]:
         raise DatasetError(f"data-quality suite failed: {', '.join(quality['failed'])}; results in {quality['result']}")
-    split = split_stage(cache, str(selected), config.heldout_fraction, config.seed, config.threshold,
-                        config.ngram, config.unit)
+    split = run_stage(split_stage, cache, str(selected), config.heldout_fraction, config.seed, config.threshold,
+                      config.ngram, config.unit, hits=hits)
     reject_files.append(split["rejected"])
     stage_counts["split"] = split["counts"]
     rejects = [r for p in reject_files for r in read_rows(p)]

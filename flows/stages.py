@@ -30,6 +30,18 @@ CACHE = TASK_SOURCE + INPUTS
 ACCEPTED_SCHEMA = {**ROW_SCHEMA, "cluster_id": pl.String}
 
 
+def run_stage(stage: Any, *args: Any, hits: list[str]) -> dict:
+    """Run a stage task; note cache hits, and recompute if a cached result's files are gone."""
+    state = stage(*args, return_state=True)
+    result = state.result()
+    files = [v for k, v in result.items() if isinstance(v, str) and k in ("kept", "rejected", "train", "heldout", "result")]
+    if state.name == "Cached" and all(Path(f).exists() for f in files):
+        hits.append(stage.name)
+    elif state.name == "Cached":
+        result = stage.with_options(refresh_cache=True)(*args)
+    return result
+
+
 def load_env(seeds_dir: str, env: str) -> tuple[dict[str, Any], list[Any]]:
     seeds_path, tools_path = env_paths(env, Path(seeds_dir))
     if not tools_path.is_file():

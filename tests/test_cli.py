@@ -1,0 +1,77 @@
+"""The flywheel CLI: every subcommand has --help; errors are one line that says what to fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from tasks.seeds import seed_task
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("command", ["generate", "score", "dedupe"])
+def test_help(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("flywheel ")
+
+
+def test_score_reports_malformed_lines_and_scores_the_rest(tmp_path, catalog) -> None:
+    tools, seeds = catalog
+    task = seed_task(seeds[0], tools)
+    call = task.reference.calls[0]
+    good = {"task": task.model_dump(mode="json"), "completion": json.dumps({"tool": call.tool, "args": call.args})}
+    lines = [json.dumps(good), "{broken", json.dumps({"task": good["task"]}),
+             json.dumps({**good, "completion": "nope"}), json.dumps({**good, "task": {**good["task"], "env": ""}})]
+    src, dst = tmp_path / "rows.jsonl", tmp_path / "scored.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, ["score", "--verifier", "tool_call", "--input", str(src), "--output", str(dst)])
+    assert result.exit_code == 2
+    for lineno in (2, 3, 5):
+        assert f"rows.jsonl:{lineno}:" in result.output
+    scored = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [s["verdict"]["reward"] for s in scored] == [1.0, -1.0]
+    assert scored[1]["verdict"]["failure_class"] == "format_error" and scored[0]["completion"] == good["completion"]
+
+
+def test_score_bad_arguments(tmp_path) -> None:
+    result = runner.invoke(app, ["score", "--verifier", "nope", "--input", "x", "--output", "y"])
+    assert result.exit_code == 1 and "unknown verifier 'nope'" in result.output
+    result = runner.invoke(app, ["score", "--verifier", "tool_call", "--input", str(tmp_path / "missing.jsonl"),
+                                 "--output", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 1 and "does not exist" in result.output
+
+
+def test_dedupe_command(tmp_path) -> None:
+    rows = [{"text": "send the quarterly budget report to maria before friday noon"},
+            {"text": "Send the quarterly budget report to Maria before Friday noon!"},
+            {"text": "book a table for two at the italian place"}, {"other": 1}]
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = runner.invoke(app, ["dedupe", "--input", str(src), "--output", str(dst), "--field", "text"])
+    assert result.exit_code == 2 and "in.jsonl:4:" in result.output
+    out = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [r["keep"] for r in out] == [True, False, True]
+    assert out[1]["cluster_id"] == out[0]["cluster_id"] != out[2]["cluster_id"]
+    result = runner.invoke(app, ["dedupe", "--input", str(src), "--output", str(dst), "--field", "text",
+                                 "--threshold", "2"])
+    assert result.exit_code == 1 and "threshold" in result.output
+
+
+def test_generate_bad_options_fail_fast(tmp_path) -> None:
+    result = runner.invoke(app, ["generate", "--n", "0", "--out", str(tmp_path)])
+    assert result.exit_code == 1 and "--n" in result.output
+    result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path), "--backend", "openai"])
+    assert result.exit_code == 1 and "--base-url" in result.output
+    result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path), "--backend", "gpt"])
+    assert result.exit_code == 1 and "backend" in result.output
+    result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path), "--parent", str(tmp_path)])
+    assert result.exit_code == 1 and "not a published version" in result.output

@@ -1,0 +1,87 @@
+"""The dataset flow on Prefect + Dask: determinism across worker counts, caching, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from flows.config import GenerateConfig
+from flows.generate import DatasetError, run_generate
+from tasks.publish import read_manifest
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+STAGES = ["generate-variants", "exact-dedupe", "validate", "near-dedupe", "quality-suite", "split-decontaminate"]
+
+
+def _run(tmp_path: Path, tag: str, **kw) -> dict:
+    params = {"n": 240, "seed": 11, "workers": 2, "partition_size": 100} | kw
+    return run_generate(GenerateConfig(out=str(tmp_path / tag), **params))
+
+
+def test_same_seed_same_bytes_with_one_or_two_workers(tmp_path) -> None:
+    one = Path(_run(tmp_path, "one", workers=1)["version_dir"])
+    two = Path(_run(tmp_path, "two", workers=2)["version_dir"])
+    for name in ("train.parquet", "heldout.parquet"):
+        assert (one / name).read_bytes() == (two / name).read_bytes()
+    m1, m2 = read_manifest(one), read_manifest(two)
+    assert m1.content_hash == m2.content_hash and one.name == two.name
+    train, held = pl.read_parquet(one / "train.parquet"), pl.read_parquet(one / "heldout.parquet")
+    assert train.height + held.height == 240 and held.height > 0
+    assert set(train["group_id"]).isdisjoint(set(held["group_id"])), "a near-dup group straddles the split"
+    assert m1.counts["train"] == train.height and m1.run_seed == 11
+    assert sum(m1.reject_reasons.values()) == pl.read_parquet(one / "rejected.parquet").height
+    assert json.loads((one / "quality.json").read_text())["success"] is True
+    other = Path(_run(tmp_path, "other", seed=12)["version_dir"])
+    assert read_manifest(other).content_hash != m1.content_hash
+
+
+def test_rerun_is_served_from_cache_and_late_change_recomputes_only_its_stage(tmp_path) -> None:
+    first = _run(tmp_path, "c", n=120)
+    assert first["cache_hits"] == []
+    again = _run(tmp_path, "c", n=120)
+    assert again["cache_hits"] == STAGES and again["version_dir"] == first["version_dir"]
+    late = _run(tmp_path, "c", n=120, heldout_fraction=0.3)
+    assert late["cache_hits"] == STAGES[:-1]
+    assert late["version_dir"] != first["version_dir"]
+    shutil.rmtree(tmp_path / "c" / ".cache" / "stages")  # cached results whose files are gone are recomputed
+    assert _run(tmp_path, "c", n=120)["version_dir"] == first["version_dir"]
+
+
+def test_zero_accepted_rows_fail_with_reason_counts(tmp_path) -> None:
+    seeds_dir = Path(GenerateConfig(n=1, out="x").seeds_dir)
+    bad = tmp_path / "seeds"
+    bad.mkdir()
+    shutil.copy(seeds_dir / "tool_call.tools.json", bad)
+    seed = json.loads((seeds_dir / "tool_call.jsonl").read_text().splitlines()[3])  # cal-list-1: {"date": "{date}"}
+    seed["slots"] = {"date": "time"}  # a time where the schema wants a date: every reference breaks the schema
+    (bad / "tool_call.jsonl").write_text(json.dumps(seed) + "\n")
+    with pytest.raises(DatasetError, match=r"0 rows accepted out of 20 candidates.*validate:args_schema_violation"):
+        _run(tmp_path, "z", n=10, max_candidates=20, seeds_dir=str(bad))
+    assert not (tmp_path / "z" / "tool_call").exists() or not any((tmp_path / "z" / "tool_call").glob("v-*"))
+
+
+def test_killed_run_leaves_no_version_and_rerun_completes(tmp_path) -> None:
+    out = tmp_path / "k"
+    cmd = [sys.executable, "-m", "flows.cli", "generate", "--n", "3000", "--seed", "5", "--out", str(out)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while not list((out / ".cache" / "stages").glob("validate-*")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the CLI, its Prefect server and its Dask workers
+    proc.wait()
+    assert not list((out / "tool_call").glob("v-*")) if (out / "tool_call").exists() else True
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    version = Path(done.stdout.strip().splitlines()[-1])
+    assert version.parent == out / "tool_call" and read_manifest(version).counts["train"] > 0
+    assert [p.name for p in (out / "tool_call").iterdir()] == [version.name]

@@ -1,0 +1,69 @@
+"""Records, seeds and rendering: ids are content hashes, bad seed lines name file and line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from schemas import Task
+from tasks.seeds import SeedError, load_seeds, seed_task
+from tasks.validate import check_row
+from tasks.generate import task_row
+
+
+def test_task_id_is_content_hash_and_ignores_meta(catalog) -> None:
+    tools, seeds = catalog
+    task = seed_task(seeds[0], tools)
+    again = Task.model_validate_json(task.model_dump_json())
+    assert again.id == task.id and len(task.id) == 64
+    moved = Task.model_validate({**task.model_dump(), "id": "", "meta": {**task.meta.model_dump(), "row_seed": 99}})
+    assert moved.id == task.id
+    changed = Task.model_validate({**task.model_dump(), "id": "", "env": "other"})
+    assert changed.id != task.id
+
+
+def test_task_rejects_wrong_id_and_unknown_fields(catalog) -> None:
+    tools, seeds = catalog
+    data = seed_task(seeds[0], tools).model_dump()
+    with pytest.raises(ValidationError, match="does not match its content"):
+        Task.model_validate({**data, "id": "0" * 64})
+    with pytest.raises(ValidationError, match="extra"):
+        Task.model_validate({**data, "colour": "red"})
+    task = Task.model_validate(data)
+    with pytest.raises(ValidationError):
+        task.env = "x"  # frozen
+
+
+def test_seed_set_shape(catalog) -> None:
+    tools, seeds = catalog
+    used = {t for s in seeds for t in s.tools}
+    assert len(seeds) >= 40 and len(used) >= 8
+    assert {t.safety for t in tools.values()} == {"read", "write", "destructive"}
+    destructive = {n for n, t in tools.items() if t.safety == "destructive"}
+    assert any(s.call.tool in destructive for s in seeds), "some requests need a destructive tool"
+    assert any(s.call.tool not in destructive and destructive & set(s.tools) for s in seeds), \
+        "some requests offer a destructive tool that would be unsafe"
+    for seed in seeds:  # every seed's own example is a valid task with a full-reward reference
+        task = seed_task(seed, tools)
+        assert check_row(task_row(task, 0)) is None, seed.id
+
+
+def test_malformed_seed_line_names_file_and_line(tmp_path, catalog) -> None:
+    tools, seeds = catalog
+    good = seeds[0].model_dump_json()
+    path = tmp_path / "tool_call.jsonl"
+    path.write_text(good + "\n\n" + json.dumps({"id": "x"}) + "\n")
+    with pytest.raises(SeedError, match=r"tool_call.jsonl:3: "):
+        load_seeds(path, tools)
+    path.write_text(good + "\n" + good + "\n")
+    with pytest.raises(SeedError, match=r":2: duplicate seed id"):
+        load_seeds(path, tools)
+    bad_tool = json.loads(good) | {"tools": ["nope.tool"], "call": {"tool": "nope.tool", "args": {}}}
+    path.write_text(json.dumps(bad_tool) + "\n")
+    with pytest.raises(SeedError, match=r":1: tools \['nope.tool'\] are not in the tool catalog"):
+        load_seeds(path, tools)
+    path.write_text("{not json\n")
+    with pytest.raises(SeedError, match=r":1: "):
+        load_seeds(path, tools)

@@ -1,0 +1,158 @@
+"""Pure stage functions: determinism, dedupe, split, decontamination, quality suite, atomic publish."""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, shingles
+from tasks.generate import generate_candidates
+from tasks.paraphrase import check_paraphrase
+from tasks.publish import publish, read_manifest
+from tasks.quality import QualityParams, run_suite
+from tasks.split import assign_splits, contamination, groups, split_table
+from tasks.validate import validate_rows
+
+
+def test_generation_is_deterministic_and_partition_independent(catalog) -> None:
+    tools, seeds = catalog
+    whole, _ = generate_candidates(range(0, 120), seeds, tools, run_seed=3)
+    parts = generate_candidates(range(0, 50), seeds, tools, 3)[0] + generate_candidates(range(50, 120), seeds, tools, 3)[0]
+    assert whole == parts
+    other, _ = generate_candidates(range(0, 120), seeds, tools, run_seed=4)
+    assert [r["id"] for r in other] != [r["id"] for r in whole]
+    assert len({r["row_seed"] for r in whole}) == 120
+    kept, rejects = validate_rows(whole)
+    assert len(kept) == 120 and rejects == []
+
+
+def test_validate_rejects_with_reasons(catalog) -> None:
+    tools, seeds = catalog
+    rows, _ = generate_candidates(range(3), seeds, tools, 1)
+    broken = [{**rows[0], "task": "{}"}, {**rows[1], "id": "f" * 64}, rows[2]]
+    kept, rejects = validate_rows(broken)
+    assert [r["reason"] for r in rejects] == ["schema_invalid", "id_mismatch"] and kept == [rows[2]]
+
+
+def test_paraphrase_check_catches_lost_and_changed_values() -> None:
+    values = {"date": "2026-12-03", "who": "maria@acme.example", "amount": 84.5}
+    original = "Pay 84.50 to maria@acme.example on 2026-12-03"
+    assert check_paraphrase(original, "On 2026-12-03 send MARIA@acme.example 84.50", values) is None
+    assert "date" in check_paraphrase(original, "Pay 84.50 to maria@acme.example on Dec 3", values)
+    assert "amount" in check_paraphrase(original, "Pay 84.05 to maria@acme.example on 2026-12-03", values)
+    assert check_paraphrase(original, "   ", values) == "empty paraphrase"
+
+
+def test_exact_dedupe_keeps_first_and_checks_seen() -> None:
+    rows = [{"id": "a", "n": 1}, {"id": "b"}, {"id": "a", "n": 2}, {"id": "s"}]
+    kept, dups = exact_dedupe(rows, {"s"})
+    assert kept == [{"id": "a", "n": 1}, {"id": "b"}] and dups == [{"id": "a", "n": 2}, {"id": "s"}]
+
+
+def _planted_corpus(n: int, rng: random.Random) -> tuple[list[str], set[tuple[int, int]]]:
+    vocab = [f"w{i}" for i in range(5000)]
+    docs, planted = [], set()
+    for i in range(n):
+        if i % 5 == 4:  # a near duplicate of the previous document: one word changed
+            words = docs[-1].split()
+            words[rng.randrange(len(words))] = rng.choice(vocab)
+            planted.add((i - 1, i))
+            docs.append(" ".join(words))
+        else:
+            docs.append(" ".join(rng.choice(vocab) for _ in range(40)))
+    return docs, planted
+
+
+def test_near_duplicates_find_planted_pairs_and_clusters() -> None:
+    docs, planted = _planted_corpus(400, random.Random(0))
+    ids = [f"d{i}" for i in range(len(docs))]
+    res = near_duplicates(ids, docs, NearDupParams(threshold=0.8))
+    found = {(int(d[1:]), i) for i, d in enumerate(res.duplicate_of) if d}
+    assert found == planted
+    for a, b in planted:
+        assert res.keep[a] and not res.keep[b] and res.cluster_id[b] == ids[a]
+    again = near_duplicates(ids, docs, NearDupParams(threshold=0.8))
+    assert again == res
+
+
+def test_near_duplicates_against_references_and_params() -> None:
+    res = near_duplicates(["x", "y"], ["send the budget report to maria today please", "unrelated words entirely here"],
+                          NearDupParams(), ref_ids=["seed-1"], ref_texts=["Send the budget report to Maria today, please!"])
+    assert res.keep == [False, True] and res.cluster_id[0] == "seed-1" and res.duplicate_of[0] == "ref:seed-1"
+    assert shingles("a b", 3, "word") == [b"a b"]
+    with pytest.raises(ValueError, match="threshold"):
+        NearDupParams(threshold=1.5)
+    with pytest.raises(ValueError, match="unit"):
+        NearDupParams(unit="line")  # type: ignore[arg-type]
+
+
+def test_groups_join_clusters_and_shared_13grams() -> None:
+    long = "please forward the signed vendor contract to the whole legal team before friday noon"
+    gids = groups(["a", "b", "c", "d"], ["a", "a", "c", "d"], ["x", "y", long + " thanks", "hey " + long])
+    assert gids[0] == gids[1] and gids[2] == gids[3] and gids[0] != gids[2]
+
+
+def test_split_is_stratified_deterministic_and_keeps_groups_together() -> None:
+    rng = random.Random(1)
+    tools = [rng.choice("ABCD") for _ in range(2000)]
+    gids = [f"g{rng.randrange(900)}" for _ in range(2000)]
+    sides = assign_splits(tools, gids, 0.2, split_seed=5)
+    assert sides == assign_splits(tools, gids, 0.2, split_seed=5)
+    assert sides != assign_splits(tools, gids, 0.2, split_seed=6)
+    side_of: dict[str, str] = {}
+    for g, s in zip(gids, sides):
+        assert side_of.setdefault(g, s) == s, "a group straddles the split"
+    for tool in "ABCD":
+        share = sum(1 for t, s in zip(tools, sides) if t == tool and s == "heldout") / tools.count(tool)
+        assert 0.15 < share < 0.25
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        assign_splits(tools, gids, 1.0, 0)
+
+
+def test_decontamination_gate_flags_overlap(catalog) -> None:
+    train = ["schedule the quarterly budget review with the finance team next tuesday at ten in room four please",
+             "please move the budget review with finance to tuesday at ten"]
+    held = ["hey schedule the quarterly budget review with the finance team next tuesday at ten in room four",
+            "Move the budget review with finance to Tuesday at ten!", "totally unrelated request about expenses"]
+    verdicts = contamination(train, held, NearDupParams(threshold=0.8))
+    assert verdicts[0][0] == "ngram_overlap" and verdicts[1][0] == "near_duplicate_of_train" and verdicts[2] is None
+    tools, seeds = catalog
+    rows, _ = generate_candidates(range(300), seeds, tools, 9)
+    rows = split_table([{**r, "cluster_id": r["id"]} for r in rows], 0.2, 9)
+    tr = [r["prompt"] for r in rows if r["split"] == "train"]
+    he = [r["prompt"] for r in rows if r["split"] == "heldout"]
+    assert all(v is None or v[0] != "ngram_overlap" for v in contamination(tr, he, NearDupParams()))
+
+
+def _table(n: int, tool: str = "email.send") -> pl.DataFrame:
+    return pl.DataFrame({"id": [f"id{i}" for i in range(n)], "row_seed": list(range(n)), "tool": [tool] * n,
+                         "prompt": ["a long enough prompt"] * n, "env": ["tool_call"] * n})
+
+
+def test_quality_suite_passes_and_fails() -> None:
+    params = QualityParams(envs=("tool_call",), tools=("email.send", "files.search"), max_tool_share=0.6)
+    ok = pl.concat([_table(3), _table(3, "files.search").with_columns(pl.col("id") + "b")])
+    assert run_suite(ok, params)["success"]
+    result = run_suite(_table(4), params)  # one tool holds 100% of the rows
+    assert not result["success"]
+    bad = [r["expectation_type"] for r in result["expectations"] if not r["success"]]
+    assert bad == ["expect_column_values_to_be_between"]
+
+
+def test_publish_is_atomic_and_content_addressed(tmp_path, monkeypatch) -> None:
+    frames = {"train": _table(3), "heldout": _table(1), "rejected": _table(0)}
+    fields = dict(env="tool_call", counts={}, stage_counts={}, reject_reasons={}, params={}, run_seed=1,
+                  code_version="x", seeds_hash="y", created_at="now")
+    first = publish(tmp_path, "ds", frames, fields)
+    assert read_manifest(first).version == first.name and first.name.startswith("v-")
+    assert publish(tmp_path, "ds", frames, {**fields, "created_at": "later"}) == first
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("tasks.publish.file_sha256", boom)
+    with pytest.raises(OSError, match="disk full"):
+        publish(tmp_path, "ds", {**frames, "train": _table(5)}, fields)
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == [first.name]

@@ -1,0 +1,71 @@
+"""Golden cases of every verifier, checked by one parametrized test (like NeMo Gym's verifier fixtures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schemas import Task
+from tasks.seeds import seed_task
+from verifiers import VERIFIERS, get_verifier
+
+CASES_DIR = Path(__file__).resolve().parents[1] / "verifiers" / "cases"
+
+
+def load_cases() -> list[tuple[str, dict]]:
+    cases = []
+    for name in sorted(VERIFIERS):
+        for line in (CASES_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
+            case = json.loads(line)
+            cases.append(pytest.param(name, case, id=f"{name}:{case['name']}"))
+    return cases
+
+
+def case_task(case: dict, catalog) -> Task:
+    tools, seeds = catalog
+    task = seed_task(next(s for s in seeds if s.id == case["seed"]), tools)
+    if "task_update" in case:
+        task = Task.model_validate({**task.model_dump(), "id": "", **case["task_update"]})
+    return task
+
+
+@pytest.mark.parametrize(("verifier", "case"), load_cases())
+def test_golden_case(verifier: str, case: dict, catalog) -> None:
+    module = get_verifier(verifier)
+    task = case_task(case, catalog)
+    verdicts = [module.verify(task, case["completion"]) for _ in range(case.get("repeat", 1))]
+    first = verdicts[0]
+    expect = case["expect"]
+    assert all(v == first for v in verdicts), "same input must give the same verdict"
+    assert first.valid is expect["valid"], first.details
+    assert first.failure_class == expect["failure_class"], first.details
+    if expect["reward"] is None:
+        assert first.reward is None
+    else:
+        assert first.reward == pytest.approx(expect["reward"], abs=1e-4), first.details
+    assert first.verifier == verifier and first.verifier_version
+
+
+def test_case_files_cover_every_kind() -> None:
+    for name in VERIFIERS:
+        names = [json.loads(line)["name"] for line in (CASES_DIR / f"{name}.jsonl").read_text().splitlines()]
+        for kind in ("full", "partial", "zero", "malformed", "hack", "determinism", "verifier error"):
+            assert any(n.startswith(kind) for n in names), f"{name} has no {kind!r} golden case"
+
+
+def test_trl_reward_function_form(catalog) -> None:
+    from verifiers.tool_call import tool_call_reward
+
+    tools, seeds = catalog
+    task = seed_task(seeds[0], tools)
+    call = task.reference.calls[0]
+    good = json.dumps({"tool": call.tool, "args": call.args})
+    other_env = Task.model_validate({**task.model_dump(), "id": "", "env": "math"})
+    rewards = tool_call_reward(
+        completions=[good, "not json", [{"role": "assistant", "content": good}], good],
+        task=[task.model_dump_json(), task.model_dump(), task, other_env],
+        prompts=["p"] * 4,
+    )
+    assert rewards == [1.0, -1.0, 1.0, None]
