@@ -73,6 +73,7 @@ def generate(
     heldout_fraction: float = typer.Option(0.2, help="Share of rows held out, per tool."),
     threshold: float = typer.Option(0.8, help="Jaccard threshold of the near-duplicate stage."),
     max_candidates: int = typer.Option(None, help="Candidate budget (default 5*N+100)."),
+    max_tool_share: float = typer.Option(0.25, help="Quality gate: no tool may hold a larger share of the rows."),
     parent: list[Path] = typer.Option([], help="Earlier published version folder(s) to dedupe against."),
     cache_dir: Path = typer.Option(None, help="Stage cache (default OUT/.cache)."),
 ) -> None:
@@ -84,7 +85,7 @@ def generate(
     try:
         config = GenerateConfig(env=env, n=n, seed=seed, out=str(out), backend=backend, model=model, base_url=base_url,
                                 workers=workers, dask_address=dask_address, name=name, max_candidates=max_candidates,
-                                heldout_fraction=heldout_fraction, threshold=threshold,
+                                heldout_fraction=heldout_fraction, threshold=threshold, max_tool_share=max_tool_share,
                                 parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None)
         for p in config.parents:
             if not (Path(p) / "manifest.json").is_file():
@@ -203,6 +204,27 @@ def dedupe(
     err.print(f"{len(records)} rows, {sum(res.keep)} kept, {len(records) - sum(res.keep)} near duplicates -> {output}",
               highlight=False)
     _report_bad(bad, len(rows))
+
+
+@app.command()
+def serve(
+    model: str = typer.Option(None, help="Checkpoint folder (default: the embedded SmolLM2-135M-Instruct)."),
+    name: str = typer.Option("flywheel-policy", help="Model name the server answers to."),
+    host: str = typer.Option("127.0.0.1", help="Bind address."),
+    port: int = typer.Option(8000, help="Port."),
+) -> None:
+    """Serve a local checkpoint over an OpenAI-compatible API (/v1/chat/completions)."""
+    import uvicorn
+
+    from tasks.hf import HFChatModel
+    from tasks.serving import create_app
+
+    try:
+        app_ = create_app(HFChatModel(model), name)
+    except (ValueError, RuntimeError, OSError) as exc:
+        fail(_one_line(exc))
+    err.print(f"serving {name} on http://{host}:{port}/v1", highlight=False)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
 
 
 def main() -> None:

@@ -37,14 +37,19 @@ def embedded_checkpoint() -> Path:
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     gguf = embedded_gguf()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model.config.quantization_config = None  # a GGUF-loaded model refuses training otherwise
+        # GGUF weights are de-quantized on load; drop the quantizer so the model saves and trains as plain fp32
+        model.config.quantization_config = None
+        model.hf_quantizer = None
+        model.is_quantized = False
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)

@@ -50,39 +50,24 @@ def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | 
 
 
 class TransformersParaphraser:
-    """Batched sampling with a local Hugging Face checkpoint (CPU or CUDA)."""
+    """Batched sampling with a local Hugging Face checkpoint; each batch seeded from its rows' seeds."""
 
     name = "transformers"
 
     def __init__(self, model_ref: str | None, batch_size: int = 8, max_new_tokens: int = 96) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from tasks.hf import HFChatModel
 
-        from tasks.models import resolve_model
-
-        path = resolve_model(model_ref)
-        self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(path).eval()
+        self.model = HFChatModel(model_ref)
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
 
     def paraphrase(self, requests: Sequence[str], seeds: Sequence[int]) -> list[str]:
         out: list[str] = []
         for start in range(0, len(requests), self.batch_size):
-            out += self._batch(requests[start:start + self.batch_size], seeds[start:start + self.batch_size])
+            batch, batch_seeds = requests[start:start + self.batch_size], seeds[start:start + self.batch_size]
+            batch_seed = int(hashlib.sha256(repr(list(batch_seeds)).encode()).hexdigest()[:15], 16)
+            replies = self.model.generate([chat(r) for r in batch], batch_seed, max_new_tokens=self.max_new_tokens)
+            out += [r.text for r in replies]
         return out
-
-    def _batch(self, requests: Sequence[str], seeds: Sequence[int]) -> list[str]:
-        prompts = [self.tokenizer.apply_chat_template(chat(r), tokenize=False, add_generation_prompt=True) for r in requests]
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
-        batch_seed = int(hashlib.sha256(repr(list(seeds)).encode()).hexdigest()[:15], 16)
-        self.torch.manual_seed(batch_seed)
-        with self.torch.no_grad():
-            ids = self.model.generate(**enc, do_sample=True, temperature=0.7, top_p=0.9,
-                                      max_new_tokens=self.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
-        return self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
 class VLLMParaphraser:

@@ -69,6 +69,7 @@ def test_zero_accepted_rows_fail_with_reason_counts(tmp_path) -> None:
     assert not (tmp_path / "z" / "tool_call").exists() or not any((tmp_path / "z" / "tool_call").glob("v-*"))
 
 
+@pytest.mark.slow
 def test_killed_run_leaves_no_version_and_rerun_completes(tmp_path) -> None:
     out = tmp_path / "k"
     cmd = [sys.executable, "-m", "flows.cli", "generate", "--n", "3000", "--seed", "5", "--out", str(out)]

@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import Task
+from tasks.generate import task_row
 from tasks.seeds import SeedError, load_seeds, seed_task
 from tasks.validate import check_row
-from tasks.generate import task_row
 
 
 def test_task_id_is_content_hash_and_ignores_meta(catalog) -> None:

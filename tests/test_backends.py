@@ -1,0 +1,88 @@
+"""LLM paraphrase backends with the real embedded model: in process and over a real HTTP server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flows.config import GenerateConfig
+from flows.generate import run_generate
+from tasks.generate import generate_candidates
+from tasks.paraphrase import OpenAIParaphraser, TransformersParaphraser
+from tasks.publish import read_manifest
+
+pytestmark = pytest.mark.slow
+
+
+def _check_rows(rows, rejects, generator: str) -> None:
+    assert len(rows) + len(rejects) == 8
+    assert all(r["reason"] == "paraphrase_lost_value" for r in rejects)
+    for row in rows:
+        assert f'"generator":"{generator}"' in row["task"]
+
+
+def test_transformers_backend_is_seeded_and_checked(catalog) -> None:
+    tools, seeds = catalog
+    para = TransformersParaphraser(None)
+    first = generate_candidates(range(8), seeds, tools, 1, para)
+    assert generate_candidates(range(8), seeds, tools, 1, para) == first
+    _check_rows(*first, "transformers")
+    assert first[1], "the 135M model loses values in some paraphrases: they must be rejected with a reason"
+
+
+def test_flow_with_transformers_backend(tmp_path, prefect_api) -> None:
+    summary = run_generate(GenerateConfig(out=str(tmp_path), n=2, seed=1, backend="transformers",
+                                          max_candidates=24, partition_size=8, max_tool_share=1.0))
+    manifest = read_manifest(Path(summary["version_dir"]))
+    assert manifest.counts["train"] + manifest.counts["heldout"] == 2
+    assert manifest.params["backend"] == "transformers"
+    assert any(k.startswith("generate:paraphrase_lost_value") for k in manifest.reject_reasons)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--port", str(port), "--name", "smol"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.mark.server
+def test_openai_backend_against_a_real_local_server(server, catalog) -> None:
+    tools, seeds = catalog
+    para = OpenAIParaphraser(server, "smol", concurrency=2)
+    first = generate_candidates(range(8), seeds, tools, 2, para)
+    assert generate_candidates(range(8), seeds, tools, 2, para) == first  # per-request seeds
+    _check_rows(*first, "openai")
+    bad = httpx.post(f"{server}/chat/completions", json={"model": "smol", "messages": []})
+    assert bad.status_code == 422 and "messages" in bad.text
+
+
+@pytest.mark.server
+def test_openai_backend_retries_then_names_the_failure() -> None:
+    para = OpenAIParaphraser(f"http://127.0.0.1:{_free_port()}/v1", "m", retries=1, timeout_s=2)
+    with pytest.raises(RuntimeError, match="failed after 2 tries"):
+        para.paraphrase(["hello"], [1])
