@@ -25,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows import __version__
 from flows.config import GenerateConfig
-from flows.runtime import REJECT_SCHEMA, dask_client, progress, read_rows, reason_counts, stage_path, write_rows
+from flows.runtime import REJECT_SCHEMA, dask_client, dask_overhead, progress, read_rows, reason_counts, stage_path, write_rows
 from flows.stages import (
     ACCEPTED_SCHEMA,
     CACHE,
@@ -138,6 +138,7 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     timings: dict[str, float] = {}
     reject_files: list[str] = []
     hits: list[str] = []
+    walls: dict[str, float] = {}
     with dask_client(config.workers, config.dask_address):
         timings["startup_cluster_s"] = time.perf_counter() - t_start
         prior: str | None = None
@@ -145,11 +146,11 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
         while accepted < config.n and start < config.candidate_budget:
             stop = start + _round_size(config.n - accepted, config.candidate_budget - start, acceptance)
             gen = run_stage(generate_stage, cache, config.seeds_dir, config.env, seeds_hash, config.seed, start, stop,
-                            config.backend, config.model, config.base_url, config.partition_size, hits=hits)
-            exact = run_stage(exact_stage, cache, gen["kept"], prior, config.seeds_dir, config.env, hits=hits)
-            val = run_stage(validate_stage, cache, exact["kept"], config.partition_size, hits=hits)
+                            config.backend, config.model, config.base_url, config.partition_size, hits=hits, walls=walls)
+            exact = run_stage(exact_stage, cache, gen["kept"], prior, config.seeds_dir, config.env, hits=hits, walls=walls)
+            val = run_stage(validate_stage, cache, exact["kept"], config.partition_size, hits=hits, walls=walls)
             near = run_stage(neardup_stage, cache, val["kept"], prior, config.parents, config.seeds_dir, config.env,
-                             config.threshold, config.ngram, config.unit, config.partition_size, hits=hits)
+                             config.threshold, config.ngram, config.unit, config.partition_size, hits=hits, walls=walls)
             for stage, res in (("generate", gen), ("exact_dedupe", exact), ("validate", val), ("near_dedupe", near)):
                 _add(stage_counts.setdefault(stage, {}), res["counts"])
                 timings[f"{stage}_s"] = timings.get(f"{stage}_s", 0.0) + res["seconds"]
@@ -173,11 +174,11 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     selected = stage_path(config.cache_path, "selected", {"p": prior, "n": config.n})
     write_rows(rows[:config.n], selected, ACCEPTED_SCHEMA)
     quality = run_stage(quality_stage, cache, str(selected), (config.env,), tuple(sorted(tools)),
-                        config.max_tool_share, hits=hits)
+                        config.max_tool_share, hits=hits, walls=walls)
     if not quality["passed"]:
         raise DatasetError(f"data-quality suite failed: {', '.join(quality['failed'])}; results in {quality['result']}")
     split = run_stage(split_stage, cache, str(selected), config.heldout_fraction, config.seed, config.threshold,
-                      config.ngram, config.unit, hits=hits)
+                      config.ngram, config.unit, hits=hits, walls=walls)
     reject_files.append(split["rejected"])
     stage_counts["split"] = split["counts"]
     rejects = [r for p in reject_files for r in read_rows(p)]
@@ -193,7 +194,8 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     summary["version_dir"] = publish_stage(config.out, config.dataset_name, split["train"], split["heldout"],
                                            reject_files, manifest, quality["result"])
     summary["counts"] = manifest["counts"]
-    summary["timings"] = {**timings, "flow_s": time.perf_counter() - t_start}
+    summary["timings"] = {**timings, "task_wall_s": walls, "dask_overhead_s": dask_overhead(),
+                          "flow_s": time.perf_counter() - t_start}
     _artifact(config.dataset_name, summary)
     return summary
 

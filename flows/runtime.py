@@ -74,10 +74,19 @@ def _timed(fn: Callable[[Any], Any], part: Any) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
+_dask_overhead = [0.0]
+
+
+def dask_overhead() -> float:
+    """Seconds spent in fan-outs beyond the partition functions' ideal parallel time (for bench/)."""
+    return _dask_overhead[0]
+
+
 def fan_out(fn: Callable[[Any], Any], parts: Sequence[Any], stage: str) -> tuple[list[Any], float]:
     """Results of ``fn`` per partition (in order) and the summed function seconds."""
     from functools import partial
 
+    start = time.perf_counter()
     total = len(parts)
     progress(stage, 0, total)
     if _client is None or total == 0:
@@ -92,6 +101,9 @@ def fan_out(fn: Callable[[Any], Any], parts: Sequence[Any], stage: str) -> tuple
         for i, _ in enumerate(as_completed(futures)):
             progress(stage, i + 1, total)
         out = _client.gather(futures)
+        workers = max(1, min(len(_client.scheduler_info().get("workers", {})), total))
+        ideal = max(sum(s for _, s in out) / workers, max(s for _, s in out))
+        _dask_overhead[0] += max(0.0, time.perf_counter() - start - ideal)
     return [r for r, _ in out], sum(s for _, s in out)
 
 

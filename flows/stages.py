@@ -20,7 +20,7 @@ from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 
 from flows.runtime import REJECT_SCHEMA, ROW_SCHEMA, chunks, fan_out, progress, read_rows, stage_path, write_rows
-from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, shingles, signatures
+from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, sketch
 from tasks.generate import generate_candidates, reject_row
 from tasks.paraphrase import OpenAIParaphraser, Paraphraser, TransformersParaphraser, VLLMParaphraser
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
@@ -30,8 +30,10 @@ CACHE = TASK_SOURCE + INPUTS
 ACCEPTED_SCHEMA = {**ROW_SCHEMA, "cluster_id": pl.String}
 
 
-def run_stage(stage: Any, *args: Any, hits: list[str]) -> dict:
-    """Run a stage task; note cache hits, and recompute if a cached result's files are gone."""
+def run_stage(stage: Any, *args: Any, hits: list[str], walls: dict[str, float] | None = None) -> dict:
+    """Run a stage task; note cache hits and the task's wall time as the flow sees it (Prefect
+    overhead included); recompute if a cached result's files are gone."""
+    start = time.perf_counter()
     state = stage(*args, return_state=True)
     result = state.result()
     files = [v for k, v in result.items() if isinstance(v, str) and k in ("kept", "rejected", "train", "heldout", "result")]
@@ -39,6 +41,8 @@ def run_stage(stage: Any, *args: Any, hits: list[str]) -> dict:
         hits.append(stage.name)
     elif state.name == "Cached":
         result = stage.with_options(refresh_cache=True)(*args)
+    if walls is not None:
+        walls[stage.name] = walls.get(stage.name, 0.0) + time.perf_counter() - start
     return result
 
 
@@ -124,8 +128,6 @@ def validate_stage(cache: str, path: str, partition_size: int) -> dict:
     return _result(kept, rejects, stage_path(Path(cache), "validate", {"path": path}), t0, work, ROW_SCHEMA)
 
 
-def _signature_part(texts: list[str], params: NearDupParams) -> np.ndarray:
-    return signatures([shingles(t, params.ngram, params.unit) for t in texts], params)
 
 
 def reference_texts(seeds_dir: str, env: str, prior: str | None, parents: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -148,10 +150,10 @@ def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, 
     rows = read_rows(path)
     ref_ids, ref_texts = reference_texts(seeds_dir, env, prior, parents)
     texts = [r["prompt"] for r in rows] + ref_texts
-    parts, work = fan_out(partial(_signature_part, params=params), chunks(texts, partition_size), "near-dedupe")
+    parts, work = fan_out(partial(sketch, params=params), chunks(texts, partition_size), "near-dedupe")
     s = time.perf_counter()
-    sigs = np.vstack(parts) if parts else None
-    res = near_duplicates([r["id"] for r in rows], texts[:len(rows)], params, ref_ids, ref_texts, sigs)
+    sketches = ([h for hashed, _ in parts for h in hashed], np.vstack([sig for _, sig in parts])) if parts else None
+    res = near_duplicates([r["id"] for r in rows], texts[:len(rows)], params, ref_ids, ref_texts, sketches)
     work += time.perf_counter() - s
     kept, rejects = [], []
     for row, keep, cluster, dup, sim in zip(rows, res.keep, res.cluster_id, res.duplicate_of, res.similarity):

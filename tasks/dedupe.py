@@ -4,9 +4,13 @@ Contract:
 - Rows are processed in their given order; the first of a group is kept, so
   the result depends on the input alone.
 - Near duplicates: word (or char) n-gram shingles hashed with xxhash,
-  signatures from ``datasketch.MinHash.bulk``, candidates from
-  ``datasketch.MinHashLSH`` with banding chosen for recall, each candidate
-  confirmed by exact Jaccard on the shingle sets (so precision is exact).
+  signatures from ``datasketch.MinHash.bulk`` (affine32 scheme), candidates
+  from LSH banding (the scheme of ``datasketch.MinHashLSH``: ``bands`` bands of
+  ``num_perm / bands`` rows; a shared band is a candidate), with the band keys
+  computed for all rows at once in numpy because MinHashLSH's per-row,
+  per-band Python work cost 250 us a row, more than everything else together.
+  Each candidate is confirmed by exact Jaccard on the shingle sets, so
+  precision is exact and recall is the banding's.
   A row whose Jaccard with an earlier kept row or a reference row (seeds,
   earlier dataset versions) reaches the threshold is not kept; its
   ``cluster_id`` is that of the row it duplicates, else its own id.
@@ -22,9 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 import xxhash
-from datasketch import LeanMinHash, MinHash, MinHashLSH
+from datasketch import MinHash
 
-NUM_PERM = 128
+NUM_PERM = 64
 SCHEME = "affine32"  # datasketch 2.0 default; stored with signatures (older ones are not comparable)
 _WORD = re.compile(r"\w+")
 
@@ -35,7 +39,7 @@ class NearDupParams:
     ngram: int = 3
     unit: Literal["word", "char"] = "word"
     num_perm: int = NUM_PERM
-    bands: int = 32  # 32 bands x 4 rows: ~100% candidate recall at J >= 0.8
+    bands: int = 16  # 16 bands x 4 rows: P(candidate) = 0.9998 at J = 0.8; candidates are then confirmed exactly
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -49,8 +53,7 @@ class NearDupParams:
             raise ValueError(f"num_perm ({self.num_perm}) must be a multiple of bands ({self.bands})")
 
 
-def shingles(text: str, ngram: int, unit: str) -> list[bytes]:
-    """Normalized (NFKC, casefolded) n-gram shingles; short texts give one shingle."""
+def _grams(text: str, ngram: int, unit: str) -> list[str]:
     norm = unicodedata.normalize("NFKC", text).casefold()
     if unit == "word":
         tokens: Sequence[str] = _WORD.findall(norm)
@@ -58,22 +61,81 @@ def shingles(text: str, ngram: int, unit: str) -> list[bytes]:
     else:
         tokens, join = " ".join(norm.split()), ""
     if len(tokens) <= ngram:
-        return [join.join(tokens).encode()]
-    return list({join.join(tokens[i:i + ngram]).encode() for i in range(len(tokens) - ngram + 1)})
+        return [join.join(tokens)]
+    return [join.join(g) for g in zip(*(tokens[i:] for i in range(ngram)))]
 
 
-def _hash32(data: bytes) -> int:
-    return xxhash.xxh32_intdigest(data)
+def shingles(text: str, ngram: int, unit: str) -> list[bytes]:
+    """Normalized (NFKC, casefolded) distinct n-gram shingles; a short text is one shingle."""
+    return [g.encode() for g in dict.fromkeys(_grams(text, ngram, unit))]
 
 
-def signatures(shingle_sets: Sequence[Sequence[bytes]], params: NearDupParams) -> np.ndarray:
-    """MinHash signatures (n x num_perm, uint64) via ``MinHash.bulk``; pure, partition-safe."""
-    hashes = MinHash.bulk(shingle_sets, num_perm=params.num_perm, seed=params.seed, hashfunc=_hash32, scheme=SCHEME)
+def shingle_hashes(text: str, params: NearDupParams) -> list[int]:
+    """32-bit xxhash of each distinct shingle: what MinHash hashes and what exact Jaccard compares."""
+    return list({xxhash.xxh32_intdigest(g.encode()) for g in _grams(text, params.ngram, params.unit)})
+
+
+def _prehashed(value: int) -> int:
+    return value
+
+
+def signatures(hashed: Sequence[Sequence[int]], params: NearDupParams) -> np.ndarray:
+    """MinHash signatures (n x num_perm, uint64) via ``MinHash.bulk`` over pre-hashed shingles; pure."""
+    hashes = MinHash.bulk(hashed, num_perm=params.num_perm, seed=params.seed, hashfunc=_prehashed, scheme=SCHEME)
     return np.vstack([m.hashvalues for m in hashes]) if hashes else np.zeros((0, params.num_perm), np.uint64)
 
 
-def jaccard(a: set[bytes], b: set[bytes]) -> float:
+def sketch(texts: Sequence[str], params: NearDupParams) -> tuple[list[list[int]], np.ndarray]:
+    """Shingle hashes and signatures of a partition of texts (what Dask workers compute)."""
+    hashed = [shingle_hashes(t, params) for t in texts]
+    return hashed, signatures(hashed, params)
+
+
+def jaccard(a: set[int], b: set[int]) -> float:
     return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def band_keys(sigs: np.ndarray, bands: int) -> list[list[int]]:
+    """One 64-bit key per (row, band): a multiply-xorshift mix of the band's hash values."""
+    n, num_perm = sigs.shape
+    rows = sigs.reshape(n, bands, num_perm // bands).astype(np.uint64)
+    keys = np.full((n, bands), np.uint64(0x9E3779B97F4A7C15), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(rows.shape[2]):
+            keys = (keys ^ rows[:, :, j]) * np.uint64(0xBF58476D1CE4E5B9)
+            keys ^= keys >> np.uint64(31)
+    keys += np.arange(bands, dtype=np.uint64)  # the same values in two bands are different buckets
+    return keys.tolist()
+
+
+class BandIndex:
+    """LSH buckets: band key -> indices of the rows inserted under it."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, int | list[int]] = {}  # a lone index stays an int: most buckets hold one row
+
+    def insert(self, index: int, keys: list[int]) -> None:
+        buckets = self.buckets
+        for key in keys:
+            held = buckets.get(key)
+            if held is None:
+                buckets[key] = index
+            elif type(held) is int:
+                buckets[key] = [held, index]
+            else:
+                held.append(index)
+
+    def query(self, keys: list[int]) -> set[int]:
+        found: set[int] = set()
+        for key in keys:
+            held = self.buckets.get(key)
+            if held is None:
+                continue
+            if type(held) is int:
+                found.add(held)
+            else:
+                found.update(held)
+        return found
 
 
 @dataclass(frozen=True)
@@ -86,42 +148,37 @@ class NearDupResult:
 
 def near_duplicates(
     ids: Sequence[str], texts: Sequence[str], params: NearDupParams,
-    ref_ids: Sequence[str] = (), ref_texts: Sequence[str] = (), sigs: np.ndarray | None = None,
+    ref_ids: Sequence[str] = (), ref_texts: Sequence[str] = (),
+    sketches: tuple[list[list[int]], np.ndarray] | None = None,
 ) -> NearDupResult:
-    """Greedy first-kept clustering of ``texts`` against references and earlier rows.
+    """Greedy first-kept clustering of ``texts`` against references and earlier kept rows.
 
-    ``sigs`` (rows then references, as ``signatures`` returns them) may be
-    computed elsewhere, e.g. partition by partition on Dask.
+    ``sketches`` (``sketch`` of rows then references) may be computed
+    elsewhere, e.g. partition by partition on Dask.
     """
-    all_sh = [shingles(t, params.ngram, params.unit) for t in list(texts) + list(ref_texts)]
-    if sigs is None:
-        sigs = signatures(all_sh, params)
-    sets = [set(s) for s in all_sh]
-    lsh = MinHashLSH(num_perm=params.num_perm, params=(params.bands, params.num_perm // params.bands))
+    hashed, sigs = sketches if sketches is not None else sketch(list(texts) + list(ref_texts), params)
+    sets = [set(h) for h in hashed]
+    keys = band_keys(sigs, params.bands) if len(sets) else []
     n = len(texts)
     names = list(ids) + [f"ref:{r}" for r in ref_ids]
-    cluster = {names[n + j]: str(r) for j, r in enumerate(ref_ids)}
-    index_of = {name: i for i, name in enumerate(names)}
-
-    def minhash(i: int) -> LeanMinHash:
-        return LeanMinHash(seed=params.seed, hashvalues=sigs[i], scheme=SCHEME)
-
-    with lsh.insertion_session() as session:
-        for j in range(len(ref_ids)):
-            session.insert(names[n + j], minhash(n + j), check_duplication=False)
+    cluster = [names[i] if i >= n else "" for i in range(len(names))]
+    cluster[n:] = [str(r) for r in ref_ids]
+    index = BandIndex()
+    for j in range(n, len(names)):
+        index.insert(j, keys[j])
     keep, cluster_id, dup_of, sim = [], [], [], []
     for i in range(n):
-        best, best_j = 0.0, None
-        for cand in lsh.query(minhash(i)):
-            s = jaccard(sets[i], sets[index_of[cand]])
-            if s >= params.threshold and (s > best or (s == best and index_of[cand] < index_of[best_j])):
-                best, best_j = s, cand
-        if best_j is None:
-            lsh.insert(names[i], minhash(i), check_duplication=False)
-            cluster[names[i]] = names[i]
-        keep.append(best_j is None)
-        cluster_id.append(cluster[best_j] if best_j else names[i])
-        dup_of.append(best_j)
+        best, best_j = 0.0, -1
+        for j in sorted(index.query(keys[i])):  # sorted: ties go to the earliest row, whatever the set order
+            s = jaccard(sets[i], sets[j])
+            if s >= params.threshold and s > best:
+                best, best_j = s, j
+        if best_j < 0:
+            index.insert(i, keys[i])
+            cluster[i] = names[i]
+        keep.append(best_j < 0)
+        cluster_id.append(cluster[best_j] if best_j >= 0 else names[i])
+        dup_of.append(names[best_j] if best_j >= 0 else None)
         sim.append(best)
     return NearDupResult(keep, cluster_id, dup_of, sim)
 

@@ -20,9 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from datasketch import LeanMinHash, MinHashLSH
-
-from tasks.dedupe import SCHEME, NearDupParams, jaccard, shingles, signatures
+from tasks.dedupe import BandIndex, NearDupParams, band_keys, jaccard, sketch
 
 _WORD = re.compile(r"\w+")
 
@@ -93,21 +91,20 @@ def contamination(
 ) -> list[tuple[str, str] | None]:
     """Per held-out prompt: None if clean, else (reason, detail)."""
     train_grams: set[str] = set().union(*(word_ngrams(p, ngram) for p in train_prompts)) if train_prompts else set()
-    train_sh = [set(shingles(p, params.ngram, params.unit)) for p in train_prompts]
-    held_sh = [set(shingles(p, params.ngram, params.unit)) for p in heldout_prompts]
-    sigs = signatures([list(s) for s in train_sh + held_sh], params)
-    lsh = MinHashLSH(num_perm=params.num_perm, params=(params.bands, params.num_perm // params.bands))
-    mh = [LeanMinHash(seed=params.seed, hashvalues=row, scheme=SCHEME) for row in sigs]
-    with lsh.insertion_session() as session:
-        for j in range(len(train_sh)):
-            session.insert(j, mh[j], check_duplication=False)
+    hashed, sigs = sketch(list(train_prompts) + list(heldout_prompts), params)
+    train_sh = [set(h) for h in hashed[:len(train_prompts)]]
+    held_sh = [set(h) for h in hashed[len(train_prompts):]]
+    keys = band_keys(sigs, params.bands) if len(sigs) else []
+    index = BandIndex()
+    for j in range(len(train_sh)):
+        index.insert(j, keys[j])
     out: list[tuple[str, str] | None] = []
     for i, prompt in enumerate(heldout_prompts):
         shared = word_ngrams(prompt, ngram) & train_grams
         if shared:
             out.append(("ngram_overlap", f"shares {ngram}-gram {sorted(shared)[0]!r} with train"))
             continue
-        sims = [jaccard(held_sh[i], train_sh[j]) for j in lsh.query(mh[len(train_sh) + i])]
+        sims = [jaccard(held_sh[i], train_sh[j]) for j in index.query(keys[len(train_sh) + i])]
         best = max(sims, default=0.0)
         out.append(("near_duplicate_of_train", f"Jaccard {best:.3f} with a train row") if best >= params.threshold else None)
     return out
