@@ -17,12 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from schemas import Task
 from tasks.generate import generate_candidates
 from tasks.seeds import env_paths, load_seeds, load_tools
 from tasks.validate import reference_completion
 from verifiers.tool_call import verify
-
-from schemas import Task
 
 
 def completions(task: Task, i: int) -> str:

@@ -150,9 +150,11 @@ def score(
         module = get_verifier(verifier)
     except ValueError as exc:
         fail(str(exc))
+    from rich.progress import track
+
     rows = _read_jsonl(input)
     out, bad = [], []
-    for lineno, line in rows:
+    for lineno, line in track(rows, description="score", console=err, transient=True, disable=len(rows) < 10_000):
         try:
             record = json.loads(line)
             if not isinstance(record, dict) or not isinstance(record.get("completion"), str) or "task" not in record:

@@ -10,7 +10,6 @@ is spent; zero accepted rows fail the run with the reason counts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -23,9 +22,19 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows import __version__
 from flows.config import GenerateConfig
-from flows.runtime import REJECT_SCHEMA, dask_client, dask_overhead, progress, read_rows, reason_counts, stage_path, write_rows
+from flows.runtime import (
+    REJECT_SCHEMA,
+    code_version,
+    dask_client,
+    dask_overhead,
+    files_hash,
+    progress,
+    read_rows,
+    reason_counts,
+    stage_path,
+    write_rows,
+)
 from flows.stages import (
     ACCEPTED_SCHEMA,
     CACHE,
@@ -43,25 +52,11 @@ from tasks.quality import QualityParams, failed_expectations, run_suite
 from tasks.seeds import env_paths
 from tasks.split import contamination, split_table
 
-CODE_DIRS = ("flows", "tasks", "verifiers", "schemas")
 FINAL_SCHEMA = {**ACCEPTED_SCHEMA, "group_id": pl.String, "split": pl.String}
 
 
 class DatasetError(RuntimeError):
     """The run could not produce a dataset; the message says why and what to change."""
-
-
-def files_hash(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def code_version() -> str:
-    root = Path(__file__).resolve().parents[1]
-    sources = sorted(p for d in CODE_DIRS for p in (root / d).rglob("*.py"))
-    return f"{__version__}+{files_hash(sources)[:12]}"
 
 
 @task(name="quality-suite", cache_policy=CACHE, persist_result=True)

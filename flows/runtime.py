@@ -29,6 +29,7 @@ ROW_SCHEMA = {
 }
 REJECT_SCHEMA = {**ROW_SCHEMA, "stage": pl.String, "reason": pl.String, "detail": pl.String}
 
+CODE_DIRS = ("flows", "tasks", "verifiers", "schemas")
 _client: Any = None
 _progress: Callable[[str, int, int], None] = lambda stage, done, total: None
 
@@ -116,10 +117,13 @@ def stage_path(cache: Path, stage: str, inputs: dict[str, Any], suffix: str = ".
     return cache / "stages" / f"{stage}-{key[:20]}{suffix}"
 
 
-def write_rows(rows: list[dict[str, Any]], path: Path, schema: dict[str, Any]) -> str:
+def write_rows(rows: list[dict[str, Any]] | pl.DataFrame, path: Path, schema: dict[str, Any]) -> str:
     """Write rows (only the schema's columns, in order) atomically; return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    df = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+    if isinstance(rows, pl.DataFrame):
+        df = rows.select(list(schema)).cast(schema)
+    else:
+        df = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     df.write_parquet(tmp)
     os.replace(tmp, path)
@@ -136,3 +140,19 @@ def reason_counts(rejects: list[dict[str, Any]]) -> dict[str, int]:
         key = f"{r['stage']}:{r['reason']}"
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def files_hash(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def code_version() -> str:
+    """Package version plus a hash of every source file the stages run: part of every cache key."""
+    from flows import __version__
+
+    root = Path(__file__).resolve().parents[1]
+    sources = sorted(p for d in CODE_DIRS for p in (root / d).rglob("*.py"))
+    return f"{__version__}+{files_hash(sources)[:12]}"

@@ -9,6 +9,7 @@ stages that depend on it.
 
 from __future__ import annotations
 
+import shutil
 import time
 from functools import partial
 from pathlib import Path
@@ -17,16 +18,28 @@ from typing import Any
 import numpy as np
 import polars as pl
 from prefect import task
-from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
-from flows.runtime import REJECT_SCHEMA, ROW_SCHEMA, chunks, fan_out, progress, read_rows, stage_path, write_rows
+from flows.runtime import (
+    REJECT_SCHEMA,
+    ROW_SCHEMA,
+    chunks,
+    code_version,
+    fan_out,
+    progress,
+    read_rows,
+    stage_path,
+    write_rows,
+)
 from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, sketch
 from tasks.generate import generate_candidates, reject_row
 from tasks.paraphrase import OpenAIParaphraser, Paraphraser, TransformersParaphraser, VLLMParaphraser
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from tasks.validate import validate_rows
 
-CACHE = TASK_SOURCE + INPUTS
+CODE_VERSION = code_version()
+# TASK_SOURCE covers only the task's own body; the code version covers the pure functions it calls.
+CACHE = TASK_SOURCE + INPUTS + CacheKeyFnPolicy(cache_key_fn=lambda context, parameters: CODE_VERSION)
 ACCEPTED_SCHEMA = {**ROW_SCHEMA, "cluster_id": pl.String}
 
 
@@ -54,7 +67,8 @@ def load_env(seeds_dir: str, env: str) -> tuple[dict[str, Any], list[Any]]:
     return tools, load_seeds(seeds_path, tools)
 
 
-def _result(kept: list[dict], rejected: list[dict], path: Path, start: float, work: float, schema: dict) -> dict:
+def _result(kept: list[dict] | pl.DataFrame, rejected: list[dict], path: Path, start: float, work: float,
+            schema: dict) -> dict:
     return {
         "kept": write_rows(kept, path, schema),
         "rejected": write_rows(rejected, path.with_name(path.stem + "-rejected.parquet"), REJECT_SCHEMA),
@@ -72,8 +86,11 @@ def make_paraphraser(backend: str, model: str | None, base_url: str | None) -> P
     return OpenAIParaphraser(base_url or "", model or "")
 
 
-def _generate_part(ks: range, seeds: list, tools: dict, run_seed: int) -> tuple[list, list]:
-    return generate_candidates(ks, seeds, tools, run_seed)
+def _generate_part(ks: range, seeds: list, tools: dict, run_seed: int, part_dir: str) -> tuple[str, list]:
+    """Write the partition's rows next to the stage file (shared storage) and return only the path:
+    shipping rows back through Dask cost more than making them."""
+    rows, rejects = generate_candidates(ks, seeds, tools, run_seed)
+    return write_rows(rows, Path(part_dir) / f"part-{ks.start}-{ks.stop}.parquet", ROW_SCHEMA), rejects
 
 
 @task(name="generate-variants", cache_policy=CACHE, persist_result=True)
@@ -82,8 +99,18 @@ def generate_stage(cache: str, seeds_dir: str, env: str, seeds_hash: str, run_se
     t0 = time.perf_counter()
     tools, seeds = load_env(seeds_dir, env)
     parts = chunks(range(start, stop), partition_size)
+    path = stage_path(Path(cache), "generate", {"seeds": seeds_hash, "seed": run_seed, "start": start, "stop": stop,
+                                                "backend": backend, "model": model, "base_url": base_url})
     if backend == "sampler":
-        results, work = fan_out(partial(_generate_part, seeds=seeds, tools=tools, run_seed=run_seed), parts, "generate")
+        part_dir = path.with_suffix(".parts")
+        part_dir.mkdir(parents=True, exist_ok=True)
+        results, work = fan_out(partial(_generate_part, seeds=seeds, tools=tools, run_seed=run_seed,
+                                        part_dir=str(part_dir)), parts, "generate")
+        s = time.perf_counter()
+        frame = pl.concat([pl.read_parquet(p) for p, _ in results]) if results else pl.DataFrame(schema=ROW_SCHEMA)
+        shutil.rmtree(part_dir, ignore_errors=True)
+        rejects = [r for _, rej in results for r in rej]
+        return _result(frame, rejects, path, t0, work + time.perf_counter() - s, ROW_SCHEMA)
     else:  # one model load in this process; batches stay a function of the input alone
         paraphraser = make_paraphraser(backend, model, base_url)
         results, work = [], 0.0
@@ -94,8 +121,6 @@ def generate_stage(cache: str, seeds_dir: str, env: str, seeds_hash: str, run_se
             progress("generate", i + 1, len(parts))
     rows = [r for kept, _ in results for r in kept]
     rejects = [r for _, rej in results for r in rej]
-    path = stage_path(Path(cache), "generate", {"seeds": seeds_hash, "seed": run_seed, "start": start, "stop": stop,
-                                                "backend": backend, "model": model, "base_url": base_url})
     return _result(rows, rejects, path, t0, work, ROW_SCHEMA)
 
 

@@ -86,3 +86,17 @@ def test_killed_run_leaves_no_version_and_rerun_completes(tmp_path) -> None:
     version = Path(done.stdout.strip().splitlines()[-1])
     assert version.parent == out / "tool_call" and read_manifest(version).counts["train"] > 0
     assert [p.name for p in (out / "tool_call").iterdir()] == [version.name]
+
+
+def test_runs_on_a_given_dask_scheduler_and_publishes_an_artifact(tmp_path) -> None:
+    from distributed import LocalCluster
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        remote = _run(tmp_path, "remote", n=120, dask_address=cluster.scheduler_address)
+    local = _run(tmp_path, "local", n=120)
+    assert Path(remote["version_dir"]).name == Path(local["version_dir"]).name
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["dataset-tool-call"])))
+    assert artifacts and "| generate |" in artifacts[-1].data and "Version" in artifacts[-1].data
