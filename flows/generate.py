@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -117,80 +118,99 @@ def _artifact(name: str, summary: dict[str, Any]) -> None:
                              description="per-stage counts and reject reasons")
 
 
-def _add(total: dict[str, int], counts: dict[str, int]) -> None:
-    for key in ("in", "kept", "rejected"):
-        total[key] = total.get(key, 0) + counts.get(key, 0)
+@dataclass
+class RunLog:
+    """What the flow accumulates across stages: counts, timings, reject files, cache hits."""
+
+    stage_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    reject_files: list[str] = field(default_factory=list)
+    hits: list[str] = field(default_factory=list)
+    walls: dict[str, float] = field(default_factory=dict)
+
+    def stage(self, task: Any, *args: Any) -> dict:
+        return run_stage(task, *args, hits=self.hits, walls=self.walls)
+
+    def add(self, stage: str, res: dict) -> None:
+        counts = self.stage_counts.setdefault(stage, {})
+        for key in ("in", "kept", "rejected"):
+            counts[key] = counts.get(key, 0) + res["counts"].get(key, 0)
+        for key, value in ((f"{stage}_s", res["seconds"]), (f"{stage}_work_s", res["work_seconds"])):
+            self.timings[key] = self.timings.get(key, 0.0) + value
+        self.reject_files.append(res["rejected"])
+
+
+def generate_rounds(config: GenerateConfig, seeds_hash: str, log: RunLog) -> tuple[str | None, int]:
+    """Rounds of generate -> exact dedupe -> validate -> near dedupe until n rows pass or the budget is spent.
+    Returns the accepted-rows file (candidate order) and the number of candidates made."""
+    cache, prior = str(config.cache_path), None
+    accepted, start, acceptance = 0, 0, 1.0
+    while accepted < config.n and start < config.candidate_budget:
+        stop = start + _round_size(config.n - accepted, config.candidate_budget - start, acceptance)
+        gen = log.stage(generate_stage, cache, config.seeds_dir, config.env, seeds_hash, config.seed, start, stop,
+                        config.backend, config.model, config.base_url, config.partition_size)
+        exact = log.stage(exact_stage, cache, gen["kept"], prior, config.seeds_dir, config.env)
+        val = log.stage(validate_stage, cache, exact["kept"], config.partition_size)
+        near = log.stage(neardup_stage, cache, val["kept"], prior, config.parents, config.seeds_dir, config.env,
+                         config.threshold, config.ngram, config.unit, config.partition_size)
+        for stage, res in (("generate", gen), ("exact_dedupe", exact), ("validate", val), ("near_dedupe", near)):
+            log.add(stage, res)
+        prior, accepted = near["kept"], near["counts"]["accepted_total"]
+        acceptance = max(near["counts"]["kept"], 1) / (stop - start)
+        progress("rounds", accepted, config.n)
+        start = stop
+    return prior, start
+
+
+def select_rows(config: GenerateConfig, prior: str | None, candidates: int, log: RunLog) -> str:
+    """The first n accepted rows; the rest are rejected as surplus. Zero rows fail the run."""
+    rows = read_rows(prior)
+    surplus = [reject_row(r, "select", "surplus_over_n", f"accepted beyond --n {config.n}") for r in rows[config.n:]]
+    if surplus:
+        log.reject_files.append(write_rows(surplus, stage_path(config.cache_path, "surplus", {"p": prior, "n": config.n}),
+                                           {**REJECT_SCHEMA, "cluster_id": pl.String}))
+    if not rows:
+        reasons = reason_counts(log.reject_files)
+        _artifact(config.dataset_name, {"stage_counts": log.stage_counts, "reject_reasons": reasons})
+        raise DatasetError(f"0 rows accepted out of {candidates} candidates; reject reasons: {reasons}")
+    selected = stage_path(config.cache_path, "selected", {"p": prior, "n": config.n})
+    write_rows(rows[:config.n], selected, ACCEPTED_SCHEMA)
+    return str(selected)
 
 
 @flow(name="generate-dataset")
 def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
-    cache = str(config.cache_path)
     seeds_path, tools_path = env_paths(config.env, Path(config.seeds_dir))
     tools, _ = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
     seeds_hash = files_hash([seeds_path, tools_path])
-    stage_counts: dict[str, dict[str, int]] = {}
-    timings: dict[str, float] = {}
-    reject_files: list[str] = []
-    hits: list[str] = []
-    walls: dict[str, float] = {}
+    log, cache = RunLog(), str(config.cache_path)
     with dask_client(config.workers, config.dask_address):
-        timings["startup_cluster_s"] = time.perf_counter() - t_start
-        prior: str | None = None
-        accepted, start, acceptance = 0, 0, 1.0
-        while accepted < config.n and start < config.candidate_budget:
-            stop = start + _round_size(config.n - accepted, config.candidate_budget - start, acceptance)
-            gen = run_stage(generate_stage, cache, config.seeds_dir, config.env, seeds_hash, config.seed, start, stop,
-                            config.backend, config.model, config.base_url, config.partition_size, hits=hits, walls=walls)
-            exact = run_stage(exact_stage, cache, gen["kept"], prior, config.seeds_dir, config.env, hits=hits, walls=walls)
-            val = run_stage(validate_stage, cache, exact["kept"], config.partition_size, hits=hits, walls=walls)
-            near = run_stage(neardup_stage, cache, val["kept"], prior, config.parents, config.seeds_dir, config.env,
-                             config.threshold, config.ngram, config.unit, config.partition_size, hits=hits, walls=walls)
-            for stage, res in (("generate", gen), ("exact_dedupe", exact), ("validate", val), ("near_dedupe", near)):
-                _add(stage_counts.setdefault(stage, {}), res["counts"])
-                timings[f"{stage}_s"] = timings.get(f"{stage}_s", 0.0) + res["seconds"]
-                timings[f"{stage}_work_s"] = timings.get(f"{stage}_work_s", 0.0) + res["work_seconds"]
-                reject_files.append(res["rejected"])
-            prior, accepted = near["kept"], near["counts"]["accepted_total"]
-            acceptance = max(near["counts"]["kept"], 1) / (stop - start)
-            progress("rounds", accepted, config.n)
-            start = stop
-    rows = read_rows(prior)
-    summary: dict[str, Any] = {"stage_counts": stage_counts, "candidates": start, "cache_hits": hits}
-    surplus = [reject_row(r, "select", "surplus_over_n", f"accepted beyond --n {config.n}") for r in rows[config.n:]]
-    if surplus:
-        reject_files.append(write_rows(surplus, stage_path(config.cache_path, "surplus", {"p": prior, "n": config.n}),
-                                       {**REJECT_SCHEMA, "cluster_id": pl.String}))
-    rejects = [r for p in reject_files for r in read_rows(p)]
-    summary["reject_reasons"] = reason_counts(rejects)
-    if not rows:
-        _artifact(config.dataset_name, summary)
-        raise DatasetError(f"0 rows accepted out of {start} candidates; reject reasons: {summary['reject_reasons']}")
-    selected = stage_path(config.cache_path, "selected", {"p": prior, "n": config.n})
-    write_rows(rows[:config.n], selected, ACCEPTED_SCHEMA)
-    quality = run_stage(quality_stage, cache, str(selected), (config.env,), tuple(sorted(tools)),
-                        config.max_tool_share, hits=hits, walls=walls)
+        log.timings["startup_cluster_s"] = time.perf_counter() - t_start
+        prior, candidates = generate_rounds(config, seeds_hash, log)
+    selected = select_rows(config, prior, candidates, log)
+    quality = log.stage(quality_stage, cache, selected, (config.env,), tuple(sorted(tools)), config.max_tool_share)
     if not quality["passed"]:
         raise DatasetError(f"data-quality suite failed: {', '.join(quality['failed'])}; results in {quality['result']}")
-    split = run_stage(split_stage, cache, str(selected), config.heldout_fraction, config.seed, config.threshold,
-                      config.ngram, config.unit, hits=hits, walls=walls)
-    reject_files.append(split["rejected"])
-    stage_counts["split"] = split["counts"]
-    rejects = [r for p in reject_files for r in read_rows(p)]
-    summary["reject_reasons"] = reason_counts(rejects)
+    split = log.stage(split_stage, cache, selected, config.heldout_fraction, config.seed, config.threshold,
+                      config.ngram, config.unit)
+    log.reject_files.append(split["rejected"])
+    log.stage_counts["split"] = split["counts"]
+    reasons = reason_counts(log.reject_files)
+    counts = {"train": split["counts"]["train"], "heldout": split["counts"]["heldout"],
+              "rejected": sum(reasons.values()), "candidates": candidates, "requested": config.n}
     manifest = {
-        "env": config.env, "counts": {"train": split["counts"]["train"], "heldout": split["counts"]["heldout"],
-                                      "rejected": len(rejects), "candidates": start, "requested": config.n},
-        "stage_counts": stage_counts, "reject_reasons": summary["reject_reasons"],
+        "env": config.env, "counts": counts, "stage_counts": log.stage_counts, "reject_reasons": reasons,
         "params": config.model_dump(mode="json", exclude={"out", "cache_dir", "workers", "dask_address", "seeds_dir"}),
         "run_seed": config.seed, "code_version": code_version(), "seeds_hash": seeds_hash,
         "parents": tuple(config.parents), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    summary["version_dir"] = publish_stage(config.out, config.dataset_name, split["train"], split["heldout"],
-                                           reject_files, manifest, quality["result"])
-    summary["counts"] = manifest["counts"]
-    summary["timings"] = {**timings, "task_wall_s": walls, "dask_overhead_s": dask_overhead(),
-                          "flow_s": time.perf_counter() - t_start}
+    version_dir = publish_stage(config.out, config.dataset_name, split["train"], split["heldout"],
+                                log.reject_files, manifest, quality["result"])
+    summary = {"version_dir": version_dir, "counts": counts, "stage_counts": log.stage_counts,
+               "reject_reasons": reasons, "candidates": candidates, "cache_hits": log.hits,
+               "timings": {**log.timings, "task_wall_s": log.walls, "dask_overhead_s": dask_overhead(),
+                           "flow_s": time.perf_counter() - t_start}}
     _artifact(config.dataset_name, summary)
     return summary
 

@@ -134,12 +134,13 @@ def read_rows(path: str | None) -> list[dict[str, Any]]:
     return pl.read_parquet(path).to_dicts() if path else []
 
 
-def reason_counts(rejects: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in rejects:
-        key = f"{r['stage']}:{r['reason']}"
-        counts[key] = counts.get(key, 0) + 1
-    return dict(sorted(counts.items()))
+def reason_counts(reject_files: list[str]) -> dict[str, int]:
+    """Rejected rows per ``stage:reason`` over reject files."""
+    if not reject_files:
+        return {}
+    frame = pl.concat([pl.read_parquet(p, columns=["stage", "reason"]) for p in reject_files])
+    counts = frame.group_by("stage", "reason").len().rows()
+    return dict(sorted((f"{stage}:{reason}", n) for stage, reason, n in counts))
 
 
 def files_hash(paths: list[Path]) -> str:
