@@ -77,17 +77,21 @@ def generate(
     max_tool_share: float = typer.Option(0.25, help="Quality gate: no tool may hold a larger share of the rows."),
     parent: list[Path] = typer.Option([], help="Earlier published version folder(s) to dedupe against."),
     cache_dir: Path = typer.Option(None, help="Stage cache (default OUT/.cache)."),
+    seeds_dir: Path = typer.Option(None, help="Folder with ENV.jsonl seeds and ENV.tools.json (default: datasets/seeds)."),
 ) -> None:
     """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
     from flows.config import GenerateConfig
     from flows.generate import run_generate
     from flows.runtime import set_progress
+    from flows.stages import load_env
 
     try:
         config = GenerateConfig(env=env, n=n, seed=seed, out=str(out), backend=backend, model=model, base_url=base_url,
                                 workers=workers, dask_address=dask_address, name=name, max_candidates=max_candidates,
                                 heldout_fraction=heldout_fraction, threshold=threshold, max_tool_share=max_tool_share,
-                                parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None)
+                                parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None,
+                                **({"seeds_dir": str(seeds_dir)} if seeds_dir else {}))
+        load_env(config.seeds_dir, config.env)  # a bad seed line fails here, before any server starts
         for p in config.parents:
             if not (Path(p) / "manifest.json").is_file():
                 raise ValueError(f"--parent {p} is not a published version folder (no manifest.json)")

@@ -62,7 +62,8 @@ def run_stage(stage: Any, *args: Any, hits: list[str], walls: dict[str, float] |
 def load_env(seeds_dir: str, env: str) -> tuple[dict[str, Any], list[Any]]:
     seeds_path, tools_path = env_paths(env, Path(seeds_dir))
     if not tools_path.is_file():
-        raise ValueError(f"no tool catalog for env {env!r} at {tools_path}; known envs: tool_call")
+        known = sorted(p.name.removesuffix(".tools.json") for p in Path(seeds_dir).glob("*.tools.json"))
+        raise ValueError(f"no tool catalog for env {env!r} at {tools_path}; envs with seeds here: {', '.join(known)}")
     tools = load_tools(tools_path)
     return tools, load_seeds(seeds_path, tools)
 

@@ -75,3 +75,16 @@ def test_generate_bad_options_fail_fast(tmp_path) -> None:
     assert result.exit_code == 1 and "backend" in result.output
     result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path), "--parent", str(tmp_path)])
     assert result.exit_code == 1 and "not a published version" in result.output
+
+
+def test_generate_names_a_bad_seed_line_before_starting_anything(tmp_path, catalog) -> None:
+    from tasks.seeds import SEEDS_DIR
+
+    (tmp_path / "tool_call.tools.json").write_text((SEEDS_DIR / "tool_call.tools.json").read_text())
+    good = (SEEDS_DIR / "tool_call.jsonl").read_text().splitlines()[0]
+    (tmp_path / "tool_call.jsonl").write_text(good + "\n" + good.replace('"templates"', '"templatez"') + "\n")
+    result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--seeds-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "tool_call.jsonl:2: " in result.output
+    result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--env", "math"])
+    assert result.exit_code == 1 and "no tool catalog for env 'math'" in result.output and "tool_call" in result.output
+    assert not (tmp_path / "o").exists()
