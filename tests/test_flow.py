@@ -100,3 +100,19 @@ def test_runs_on_a_given_dask_scheduler_and_publishes_an_artifact(tmp_path) -> N
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["dataset-tool-call"])))
     assert artifacts and "| generate |" in artifacts[-1].data and "Version" in artifacts[-1].data
+
+
+def test_parent_versions_are_deduplicated_against(tmp_path) -> None:
+    parent = Path(_run(tmp_path, "p", n=60)["version_dir"])
+    child = _run(tmp_path, "p", n=60, name="child", parents=(str(parent),))  # same seed: same first candidates
+    assert child["reject_reasons"].get("near_dedupe:near_duplicate_of_reference", 0) >= 60
+    old = set(pl.concat([pl.read_parquet(parent / f"{s}.parquet") for s in ("train", "heldout")])["id"])
+    new = pl.concat([pl.read_parquet(Path(child["version_dir"]) / f"{s}.parquet") for s in ("train", "heldout")])
+    assert new.height == 60 and old.isdisjoint(set(new["id"]))
+    assert read_manifest(Path(child["version_dir"])).parents == (str(parent),)
+
+
+def test_failing_quality_suite_fails_the_run_and_publishes_nothing(tmp_path) -> None:
+    with pytest.raises(DatasetError, match=r"data-quality suite failed: expect_column_values_to_be_between\(tool_share\)"):
+        _run(tmp_path, "q", n=60, max_tool_share=0.01)
+    assert not (tmp_path / "q" / "tool_call").exists()
