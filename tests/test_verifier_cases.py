@@ -24,6 +24,8 @@ def load_cases() -> list[tuple[str, dict]]:
 
 
 def case_task(case: dict, catalog) -> Task:
+    if "task" in case:
+        return Task.model_validate(case["task"])
     tools, seeds = catalog
     task = seed_task(next(s for s in seeds if s.id == case["seed"]), tools)
     if "task_update" in case:
@@ -69,3 +71,12 @@ def test_trl_reward_function_form(catalog) -> None:
         prompts=["p"] * 4,
     )
     assert rewards == [1.0, -1.0, 1.0, None]
+
+
+def test_cli_reward_function_form() -> None:
+    from verifiers.cli import cli_reward
+
+    task = Task.model_validate({"env": "cli", "messages": [{"role": "user", "content": "List /tmp."}],
+                                "reference": {"answer": "ls /tmp"}, "meta": {"seed_id": "t"}})
+    other = Task.model_validate({**task.model_dump(), "id": "", "env": "tool_call"})
+    assert cli_reward(["ls /tmp", "rm -rf /", "ls /tmp"], task=[task, task.model_dump_json(), other]) == [1.0, -1.0, None]

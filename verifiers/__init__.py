@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verifiers import tool_call
+from verifiers import cli, tool_call
 
-VERIFIERS: dict[str, ModuleType] = {tool_call.NAME: tool_call}
+VERIFIERS: dict[str, ModuleType] = {m.NAME: m for m in (tool_call, cli)}
 
 
 def get_verifier(name: str) -> ModuleType:

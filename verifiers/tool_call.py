@@ -32,6 +32,7 @@ from typing import Any
 import fastjsonschema
 
 from schemas import SafetyRule, Task, ToolCall, ToolSpec, Verdict, canonical_json
+from verifiers.common import batch_rewards
 
 NAME = "tool_call"
 VERSION = "1.0.0"
@@ -196,29 +197,10 @@ def verify(task: Task, completion: str) -> Verdict:
         return _verdict(reward=None, valid=False, failure_class="verifier_error", details=f"{type(err).__name__}: {err}")
 
 
-def _as_task(value: Any) -> Task:
-    if isinstance(value, Task):
-        return value
-    if isinstance(value, str):
-        return Task.model_validate_json(value)
-    return Task.model_validate(value)
-
-
-def _as_text(completion: Any) -> str:
-    """TRL passes plain strings, or message lists in conversational datasets."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
-
-
 def tool_call_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
     """TRL reward function: ``GRPOTrainer(reward_funcs=[tool_call_reward])``.
 
     Needs a ``task`` dataset column (Task JSON, dict or Task). Rows of another
     env and rows whose verification failed give None (does not apply).
     """
-    rewards: list[float | None] = []
-    for completion, raw in zip(completions, task, strict=True):
-        parsed = _as_task(raw)
-        rewards.append(verify(parsed, _as_text(completion)).reward if parsed.env == NAME else None)
-    return rewards
+    return batch_rewards(NAME, verify, completions, task)
