@@ -80,3 +80,14 @@ def test_cli_reward_function_form() -> None:
                                 "reference": {"answer": "ls /tmp"}, "meta": {"seed_id": "t"}})
     other = Task.model_validate({**task.model_dump(), "id": "", "env": "tool_call"})
     assert cli_reward(["ls /tmp", "rm -rf /", "ls /tmp"], task=[task, task.model_dump_json(), other]) == [1.0, -1.0, None]
+
+
+@pytest.mark.parametrize("name", sorted(VERIFIERS))
+def test_every_verifier_has_both_forms(name: str) -> None:
+    import inspect
+
+    module = get_verifier(name)
+    assert module.NAME == name and module.VERSION
+    reward_fn = getattr(module, f"{name}_reward")
+    assert list(inspect.signature(reward_fn).parameters)[:2] == ["completions", "task"]
+    assert list(inspect.signature(module.verify).parameters) == ["task", "completion"]

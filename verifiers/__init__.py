@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verifiers import cli, tool_call
+from verifiers import cli, math, tool_call
 
-VERIFIERS: dict[str, ModuleType] = {m.NAME: m for m in (tool_call, cli)}
+VERIFIERS: dict[str, ModuleType] = {m.NAME: m for m in (tool_call, cli, math)}
 
 
 def get_verifier(name: str) -> ModuleType:

@@ -1,0 +1,188 @@
+"""The math verifier: the final answer compared with the reference, symbolically and numerically.
+
+Contract:
+- The answer is the content of ``\\boxed{...}`` (nested braces allowed); with no
+  box, the last line ``Answer: ...``. No answer: reward 0.0, ``no_answer``.
+  Boxes that are not all equivalent: reward 0.0, ``ambiguous_answer``.
+- Equivalence (sympy): equal after LaTeX normalization, or numerically equal
+  within relative tolerance 1e-6 when both are constants, or ``simplify(a - b)
+  == 0``. So 1/2, 0.5, \\frac{1}{2} and 2/4 are equal. Comma-separated answers
+  compare element by element; a leading ``x =`` is ignored.
+- Untrusted text never reaches ``eval`` unchecked: only digits, letters from a
+  whitelist of names, operators and parentheses are parsed, at most 200
+  characters, and powers with exponents above 10,000 are refused.
+- Reward 1.0 when equivalent, else 0.0 (``wrong_answer``). The reference is
+  ``task.reference.answer``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from typing import Any
+
+import sympy
+from sympy.parsing.sympy_parser import (
+    convert_xor,
+    implicit_multiplication_application,
+    parse_expr,
+    standard_transformations,
+)
+
+from schemas import Task, Verdict
+from verifiers.common import batch_rewards
+
+NAME = "math"
+VERSION = "1.0.0"
+REL_TOL = 1e-6
+NAMES = {"sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
+         "log": sympy.log, "ln": sympy.log, "exp": sympy.exp, "e": sympy.E}
+_TRANSFORMS = standard_transformations + (implicit_multiplication_application, convert_xor)
+_SAFE = re.compile(r"^[0-9a-z+\-*/().,\s^]*$")
+_ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.I | re.M)
+_GLOBALS: dict[str, Any] = {}
+exec("from sympy import *", _GLOBALS)  # the names parse_expr's generated code refers to (Integer, Symbol, ...)
+
+
+class Unparsable(ValueError):
+    pass
+
+
+def _braced(text: str, start: int) -> tuple[str, int]:
+    """Content of the brace group opening at ``start`` and the index after it."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1:i], i + 1
+    raise Unparsable("unbalanced braces")
+
+
+def extract_answers(text: str) -> list[str]:
+    boxes, i = [], 0
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        if m.start() < i:
+            continue
+        content, i = _braced(text, m.end() - 1)
+        boxes.append(content)
+    if boxes:
+        return boxes
+    lines = _ANSWER_LINE.findall(text)
+    return lines[-1:]
+
+
+def _replace_command(text: str, command: str, render: Any) -> str:
+    while (k := text.find(command)) >= 0:
+        args, j = [], k + len(command)
+        for _ in range(render.__code__.co_argcount):
+            while j < len(text) and text[j] == " ":
+                j += 1
+            if j >= len(text) or text[j] != "{":
+                raise Unparsable(f"{command} without its argument")
+            arg, j = _braced(text, j)
+            args.append(arg)
+        text = text[:k] + render(*args) + text[j:]
+    return text
+
+
+def latex_to_text(answer: str) -> str:
+    s = answer.strip().strip("$").strip()
+    s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
+    for cmd in ("\\dfrac", "\\tfrac", "\\frac"):
+        s = _replace_command(s, cmd, lambda a, b: f"(({a})/({b}))")
+    s = _replace_command(s, "\\sqrt", lambda a: f"sqrt({a})")
+    for old, new in (("\\left", ""), ("\\right", ""), ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"),
+                     ("\\%", "/100"), ("%", "/100"), ("\\pi", " pi "), ("\\infty", " oo "), ("\\ln", " ln "),
+                     ("\\log", " log "), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("^\\circ", ""), ("{", "("),
+                     ("}", ")")):
+        s = s.replace(old, new)
+    s = re.sub(r"^[a-z]\s*=\s*", "", s.strip().rstrip("."), flags=re.I)
+    return s.strip()
+
+
+def _check_powers(expr: sympy.Basic) -> None:
+    """Refuse exponents above 10,000 and constants beyond 1e300: exact evaluation could run for hours."""
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow) and node.exp.is_number and abs(sympy.N(node.exp, 15)) > 10_000:
+            raise Unparsable("exponent too large")
+    if not expr.free_symbols and abs(sympy.N(expr, 15)) > 1e300:
+        raise Unparsable("number too large")
+
+
+@lru_cache(maxsize=65536)
+def to_expr(part: str) -> sympy.Basic:
+    if len(part) > 200 or not _SAFE.match(part.lower()) or "\\" in part:
+        raise Unparsable(f"not a plain math expression: {part[:60]!r}")
+    words = set(re.findall(r"[a-z]{2,}", part.lower()))
+    if words - set(NAMES):
+        raise Unparsable(f"unknown names {sorted(words - set(NAMES))}")
+    try:
+        expr = parse_expr(part, local_dict=dict(NAMES), global_dict=_GLOBALS, transformations=_TRANSFORMS,
+                          evaluate=False)
+        _check_powers(expr)
+        return expr
+    except Unparsable:
+        raise
+    except Exception as err:  # sympy's parser raises many kinds; all mean "cannot read this answer"
+        raise Unparsable(f"cannot parse {part[:60]!r}: {type(err).__name__}") from None
+
+
+def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
+    if not a.free_symbols and not b.free_symbols:
+        x, y = complex(sympy.N(a, 30)), complex(sympy.N(b, 30))
+        return math.isclose(x.real, y.real, rel_tol=REL_TOL, abs_tol=1e-12) and \
+            math.isclose(x.imag, y.imag, rel_tol=REL_TOL, abs_tol=1e-12)
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def equivalent(answer: str, reference: str) -> bool:
+    a, b = latex_to_text(answer), latex_to_text(reference)
+    if a.replace(" ", "") == b.replace(" ", ""):
+        return True
+    parts_a, parts_b = a.split(","), b.split(",")
+    if len(parts_a) != len(parts_b):
+        return False
+    return all(_same(to_expr(x.strip()), to_expr(y.strip())) for x, y in zip(parts_a, parts_b, strict=True))
+
+
+def _safe_equivalent(answer: str, reference: str) -> bool:
+    try:
+        return equivalent(answer, reference)
+    except (Unparsable, TypeError, ValueError, OverflowError):
+        return False
+
+
+def _verdict(**fields: Any) -> Verdict:
+    return Verdict(verifier=NAME, verifier_version=VERSION, **fields)
+
+
+def _score(task: Task, completion: str) -> Verdict:
+    reference = task.reference.answer
+    if not reference:
+        raise ValueError("math task has no reference answer (reference.answer)")
+    try:
+        answers = extract_answers(completion)
+    except Unparsable as err:
+        return _verdict(reward=0.0, valid=True, failure_class="no_answer", details=str(err))
+    if not answers:
+        return _verdict(reward=0.0, valid=True, failure_class="no_answer", details="no \\boxed{} and no 'Answer:' line")
+    if any(not _safe_equivalent(other, answers[-1]) for other in answers[:-1]):
+        return _verdict(reward=0.0, valid=True, failure_class="ambiguous_answer",
+                        details=f"{len(answers)} boxed answers that differ")
+    correct = _safe_equivalent(answers[-1], reference)
+    return _verdict(reward=float(correct), valid=True, failure_class=None if correct else "wrong_answer",
+                    components={"correct": float(correct)}, details=f"answer {answers[-1][:80]!r}")
+
+
+def verify(task: Task, completion: str) -> Verdict:
+    """Score one solution; a verifier crash becomes valid=False data, never reward 0."""
+    try:
+        return _score(task, completion)
+    except Exception as err:  # the verifier itself failed: report it as data
+        return _verdict(reward=None, valid=False, failure_class="verifier_error", details=f"{type(err).__name__}: {err}")
+
+
+def math_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
+    """TRL reward function (``task`` column); rows of other envs give None."""
+    return batch_rewards(NAME, verify, completions, task)
