@@ -182,14 +182,15 @@ def select_rows(config: GenerateConfig, prior: str | None, candidates: int, log:
 def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
     seeds_path, tools_path = env_paths(config.env, Path(config.seeds_dir))
-    tools, _ = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
-    seeds_hash = files_hash([seeds_path, tools_path])
+    tools, seeds = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
+    strata = tuple(sorted(tools)) if tools else tuple(sorted({s.category for s in seeds}))
+    seeds_hash = files_hash([p for p in (seeds_path, tools_path) if p.is_file()])
     log, cache = RunLog(), str(config.cache_path)
     with dask_client(config.workers, config.dask_address):
         log.timings["startup_cluster_s"] = time.perf_counter() - t_start
         prior, candidates = generate_rounds(config, seeds_hash, log)
     selected = select_rows(config, prior, candidates, log)
-    quality = log.stage(quality_stage, cache, selected, (config.env,), tuple(sorted(tools)), config.max_tool_share)
+    quality = log.stage(quality_stage, cache, selected, (config.env,), strata, config.max_tool_share)
     if not quality["passed"]:
         raise DatasetError(f"data-quality suite failed: {', '.join(quality['failed'])}; results in {quality['result']}")
     split = log.stage(split_stage, cache, selected, config.heldout_fraction, config.seed, config.threshold,

@@ -60,11 +60,11 @@ def run_stage(stage: Any, *args: Any, hits: list[str], walls: dict[str, float] |
 
 
 def load_env(seeds_dir: str, env: str) -> tuple[dict[str, Any], list[Any]]:
+    """The env's tool catalog (tool_call only) and seeds; errors name the file and what to fix."""
     seeds_path, tools_path = env_paths(env, Path(seeds_dir))
-    if not tools_path.is_file():
-        known = sorted(p.name.removesuffix(".tools.json") for p in Path(seeds_dir).glob("*.tools.json"))
-        raise ValueError(f"no tool catalog for env {env!r} at {tools_path}; envs with seeds here: {', '.join(known)}")
-    tools = load_tools(tools_path)
+    if env == "tool_call" and not tools_path.is_file():
+        raise ValueError(f"no tool catalog for env {env!r} at {tools_path}")
+    tools = load_tools(tools_path) if tools_path.is_file() else {}
     return tools, load_seeds(seeds_path, tools)
 
 

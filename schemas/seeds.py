@@ -1,10 +1,13 @@
 """Seed task records: human-written templates that generators vary.
 
-Contract: a seed names the tools it offers (from the env's tool catalog), one or
-more request templates with ``{slot}`` placeholders, a sampler kind per slot, one
-concrete human example (``values``) and the reference call, whose argument
-strings may hold placeholders. An argument that is exactly ``"{slot}"`` takes
-the slot's typed value (numbers stay numbers).
+Contract: a seed has one or more request templates with ``{slot}``
+placeholders, a sampler kind per slot, one concrete human example (``values``)
+and its reference: for tool_call the tools it offers (from the env's tool
+catalog) and the reference ``call``, whose argument strings may hold
+placeholders (an argument that is exactly ``"{slot}"`` takes the slot's typed
+value); for other envs an ``answer`` template (a command for cli; for math an
+expression over the slots that sympy evaluates exactly when ``evaluate``).
+``env`` comes from the seed file's name (ENV.jsonl).
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ def placeholders(text: str) -> set[str]:
 class SeedTask(Record):
     id: str = Field(min_length=1)
     category: str = Field(min_length=1)
-    tools: tuple[str, ...] = Field(min_length=1)
+    env: str = "tool_call"
+    tools: tuple[str, ...] = ()
     templates: tuple[str, ...] = Field(min_length=1)
     slots: dict[str, str]
     values: dict[str, Any]
-    call: ToolCall
+    call: ToolCall | None = None
+    answer: str | None = None
+    evaluate: bool = False
     notes: str = ""
 
     @model_validator(mode="after")
@@ -38,6 +44,8 @@ class SeedTask(Record):
         for template in self.templates:
             if placeholders(template) != set(self.slots):
                 raise ValueError(f"template {template!r} must use exactly the slots {sorted(self.slots)}")
-        if self.call.tool not in self.tools:
+        if (self.call is None) == (self.answer is None):
+            raise ValueError("give exactly one reference: 'call' (tool_call) or 'answer' (other envs)")
+        if self.call is not None and self.call.tool not in self.tools:
             raise ValueError(f"reference tool {self.call.tool!r} is not among the seed's tools {list(self.tools)}")
         return self

@@ -103,6 +103,29 @@ SAMPLERS: dict[str, Callable[[random.Random], Any]] = {
     "channel": lambda rng: rng.choice(CHANNELS),
     "chat_text": lambda rng: rng.choice(CHAT_LINES),
     "limit": lambda rng: rng.choice((5, 10, 20, 50)),
+    # math
+    "small_int": lambda rng: rng.randrange(2, 13),
+    "int": lambda rng: rng.randrange(10, 100),
+    "big_int": lambda rng: rng.randrange(100, 1000),
+    "percent": lambda rng: rng.randrange(1, 20) * 5,
+    "price": lambda rng: rng.randrange(4, 100) * 5,
+    "count": lambda rng: rng.randrange(3, 31),
+    # cli
+    "dir": lambda rng: rng.choice(("/var/log", "./src", "~/projects/app", "/tmp/build", "./data", "/srv/www", "./docs")),
+    "filename": lambda rng: rng.choice(("report.csv", "notes.txt", "app.log", "config.yaml", "main.py", "README.md",
+                                        "backup.sql", "data.json")),
+    "pattern": lambda rng: rng.choice(("TODO", "ERROR", "timeout", "deprecated", "FIXME", "password", "connection refused")),
+    "service": lambda rng: rng.choice(("nginx", "postgresql", "redis-server", "docker", "cron", "ssh")),
+    "port": lambda rng: rng.choice((80, 443, 3000, 5432, 6379, 8000, 8080, 9090)),
+    "n_lines": lambda rng: rng.choice((5, 10, 20, 50, 100)),
+    "ext": lambda rng: rng.choice(("log", "csv", "py", "md", "json", "tmp")),
+    "branch": lambda rng: rng.choice(("main", "develop", "feature/login", "release/2.4", "hotfix/payments")),
+    "host": lambda rng: rng.choice(("db1.internal", "web-02.internal", "cache.internal", "10.0.3.17", "build.internal")),
+    "process": lambda rng: rng.choice(("python", "node", "java", "gunicorn", "celery")),
+    "archive": lambda rng: rng.choice(("backup.tar.gz", "logs.tar.gz", "release.tar.gz", "site.tar.gz")),
+    "username": lambda rng: rng.choice(("deploy", "alice", "bob", "ci", "www-data")),
+    "days": lambda rng: rng.choice((1, 3, 7, 14, 30)),
+    "size_mb": lambda rng: rng.choice((10, 50, 100, 500)),
 }
 
 

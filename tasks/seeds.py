@@ -15,10 +15,12 @@ from pydantic import ValidationError
 from schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec
 
 SEEDS_DIR = Path(__file__).resolve().parents[1] / "datasets" / "seeds"
-SYSTEM_PROMPT = (
-    "You are a workplace assistant. Answer with exactly one JSON object of the form "
-    '{"tool": "<tool name>", "args": {...}} that calls one of the available tools. No other text.'
-)
+SYSTEM_PROMPTS = {
+    "tool_call": "You are a workplace assistant. Answer with exactly one JSON object of the form "
+                 '{"tool": "<tool name>", "args": {...}} that calls one of the available tools. No other text.',
+    "math": "Solve the problem step by step. Put the final answer in \\boxed{}.",
+    "cli": "You are a shell assistant. Answer with exactly one shell command on one line and nothing else.",
+}
 
 
 class SeedError(ValueError):
@@ -43,16 +45,24 @@ def load_tools(path: Path) -> dict[str, ToolSpec]:
 
 
 def load_seeds(path: Path, tools: dict[str, ToolSpec]) -> list[SeedTask]:
-    """Parse a seed JSONL file; unknown tools and duplicate ids are errors too."""
+    """Parse a seed JSONL file (its name gives the env); unknown tools and duplicate ids are errors too."""
     if not path.is_file():
-        raise SeedError(f"{path}: seed file not found")
+        known = sorted(p.stem for p in path.parent.glob("*.jsonl"))
+        raise SeedError(f"{path}: seed file not found; envs with seeds there: {', '.join(known)}")
+    env = path.name.removesuffix(".jsonl")
+    if env not in SYSTEM_PROMPTS:
+        raise SeedError(f"{path}: no verifier for env {env!r}; seed files are named after one of {sorted(SYSTEM_PROMPTS)}")
     seeds: list[SeedTask] = []
     seen: set[str] = set()
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            seed = SeedTask.model_validate_json(line)
+            seed = SeedTask.model_validate({**json.loads(line), "env": env})
+            if (seed.call is None) != (env != "tool_call"):
+                raise SeedError(f"{path}:{lineno}: {env} seeds need {'a call' if env == 'tool_call' else 'an answer'}")
+        except json.JSONDecodeError as err:
+            raise SeedError(f"{path}:{lineno}: not JSON: {err}") from None
         except ValidationError as err:
             raise SeedError(f"{path}:{lineno}: {_first_error(err)}") from None
         missing = [t for t in seed.tools if t not in tools]
@@ -91,15 +101,24 @@ def fill(value: Any, values: dict[str, Any]) -> Any:
     return value
 
 
+def reference_answer(seed: SeedTask, values: dict[str, Any]) -> str:
+    """The seed's answer template filled in; math expressions are evaluated exactly (our own numbers only)."""
+    text = (seed.answer or "").format(**{k: format_value(v) for k, v in values.items()})
+    if not seed.evaluate:
+        return text
+    import sympy
+
+    return str(sympy.nsimplify(sympy.sympify(text, rational=True)))
+
+
 def render(seed: SeedTask, tools: dict[str, ToolSpec], request: str, values: dict[str, Any], meta: TaskMeta) -> Task:
-    call = ToolCall(tool=seed.call.tool, args=fill(seed.call.args, values))
-    return Task(
-        env="tool_call",
-        messages=(Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=request)),
-        tools=tuple(tools[name] for name in seed.tools),
-        reference=Reference(calls=(call,)),
-        meta=meta,
-    )
+    messages = (Message(role="system", content=SYSTEM_PROMPTS[seed.env]), Message(role="user", content=request))
+    if seed.call is not None:
+        reference = Reference(calls=(ToolCall(tool=seed.call.tool, args=fill(seed.call.args, values)),))
+    else:
+        reference = Reference(answer=reference_answer(seed, values))
+    return Task(env=seed.env, messages=messages, tools=tuple(tools[name] for name in seed.tools),
+                reference=reference, meta=meta)
 
 
 def seed_task(seed: SeedTask, tools: dict[str, ToolSpec]) -> Task:

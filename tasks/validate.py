@@ -18,6 +18,11 @@ from verifiers.tool_call import schema_errors
 
 
 def reference_completion(task: Task) -> str:
+    """What a perfect policy answers: the reference call as JSON, the boxed answer, or the command."""
+    if task.env == "math":
+        return f"\\boxed{{{task.reference.answer}}}"
+    if task.env != "tool_call":
+        return task.reference.answer or ""
     call = task.reference.calls[0]
     return json.dumps({"tool": call.tool, "args": call.args}, ensure_ascii=False)
 
@@ -30,15 +35,16 @@ def check_row(row: dict[str, Any]) -> tuple[str, str] | None:
         return "schema_invalid", str(err.errors()[0])[:300]
     if task.id != row["id"]:
         return "id_mismatch", f"row id {row['id'][:12]} != task id {task.id[:12]}"
-    if len(task.reference.calls) != 1:
-        return "bad_reference", f"{len(task.reference.calls)} reference calls, expected 1"
-    call = task.reference.calls[0]
-    spec = task.tool(call.tool)
-    if spec is None:
-        return "bad_reference", f"reference tool {call.tool!r} is not offered"
-    errors = schema_errors(spec, call.args)
-    if errors:
-        return "args_schema_violation", "; ".join(errors)[:300]
+    if task.env == "tool_call":
+        if len(task.reference.calls) != 1:
+            return "bad_reference", f"{len(task.reference.calls)} reference calls, expected 1"
+        call = task.reference.calls[0]
+        spec = task.tool(call.tool)
+        if spec is None:
+            return "bad_reference", f"reference tool {call.tool!r} is not offered"
+        errors = schema_errors(spec, call.args)
+        if errors:
+            return "args_schema_violation", "; ".join(errors)[:300]
     verdict = get_verifier(task.env).verify(task, reference_completion(task))
     if verdict.reward != 1.0:
         return "reference_not_full_reward", f"reward {verdict.reward} ({verdict.failure_class}): {verdict.details}"[:300]

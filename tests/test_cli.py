@@ -85,6 +85,6 @@ def test_generate_names_a_bad_seed_line_before_starting_anything(tmp_path, catal
     (tmp_path / "tool_call.jsonl").write_text(good + "\n" + good.replace('"templates"', '"templatez"') + "\n")
     result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--seeds-dir", str(tmp_path)])
     assert result.exit_code == 1 and "tool_call.jsonl:2: " in result.output
-    result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--env", "math"])
-    assert result.exit_code == 1 and "no tool catalog for env 'math'" in result.output and "tool_call" in result.output
+    result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--env", "chess"])
+    assert result.exit_code == 1 and "chess.jsonl: seed file not found" in result.output and "tool_call" in result.output
     assert not (tmp_path / "o").exists()

@@ -88,6 +88,7 @@ def test_killed_run_leaves_no_version_and_rerun_completes(tmp_path) -> None:
     assert [p.name for p in (out / "tool_call").iterdir()] == [version.name]
 
 
+@pytest.mark.slow
 def test_runs_on_a_given_dask_scheduler_and_publishes_an_artifact(tmp_path) -> None:
     from distributed import LocalCluster
     from prefect.client.orchestration import get_client
@@ -102,6 +103,7 @@ def test_runs_on_a_given_dask_scheduler_and_publishes_an_artifact(tmp_path) -> N
     assert artifacts and "| generate |" in artifacts[-1].data and "Version" in artifacts[-1].data
 
 
+@pytest.mark.slow
 def test_parent_versions_are_deduplicated_against(tmp_path) -> None:
     parent = Path(_run(tmp_path, "p", n=60)["version_dir"])
     child = _run(tmp_path, "p", n=60, name="child", parents=(str(parent),))  # same seed: same first candidates
@@ -116,3 +118,13 @@ def test_failing_quality_suite_fails_the_run_and_publishes_nothing(tmp_path) -> 
     with pytest.raises(DatasetError, match=r"data-quality suite failed: expect_column_values_to_be_between\(tool_share\)"):
         _run(tmp_path, "q", n=60, max_tool_share=0.01)
     assert not (tmp_path / "q" / "tool_call").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["math", "cli"])
+def test_flow_publishes_other_envs(tmp_path, env: str) -> None:
+    summary = _run(tmp_path, env, env=env, n=80)
+    manifest = read_manifest(Path(summary["version_dir"]))
+    assert manifest.env == env and manifest.counts["train"] + manifest.counts["heldout"] == 80
+    held = pl.read_parquet(Path(summary["version_dir"]) / "heldout.parquet")
+    assert held.height > 0 and set(held["env"]) == {env}

@@ -67,3 +67,31 @@ def test_malformed_seed_line_names_file_and_line(tmp_path, catalog) -> None:
     path.write_text("{not json\n")
     with pytest.raises(SeedError, match=r":1: "):
         load_seeds(path, tools)
+
+
+@pytest.mark.parametrize("env", ["math", "cli"])
+def test_other_env_seeds_are_valid_and_vary(env: str) -> None:
+    from tasks.generate import generate_candidates
+    from tasks.seeds import env_paths
+    from tasks.validate import validate_rows
+
+    seeds = load_seeds(env_paths(env)[0], {})
+    assert len(seeds) >= 20 and all(s.env == env and s.answer for s in seeds)
+    for seed in seeds:
+        assert check_row(task_row(seed_task(seed, {}), 0)) is None, seed.id
+    rows, _ = generate_candidates(range(200), seeds, {}, run_seed=4)
+    kept, rejects = validate_rows(rows)
+    assert len(kept) == 200 and not rejects
+    assert len({json.loads(r["task"])["reference"]["answer"] for r in rows}) > 100, "samplers must vary the answers"
+
+
+def test_seed_env_rules(tmp_path) -> None:
+    path = tmp_path / "math.jsonl"
+    path.write_text(json.dumps({"id": "a", "category": "c", "templates": ["{x}?"], "slots": {"x": "int"},
+                                "values": {"x": 1}, "call": {"tool": "t", "args": {}}, "tools": ["t"]}) + "\n")
+    with pytest.raises(SeedError, match=r"math.jsonl:1: .*need"):
+        load_seeds(path, {})
+    weird = tmp_path / "chess.jsonl"
+    weird.write_text("")
+    with pytest.raises(SeedError, match="no verifier for env 'chess'"):
+        load_seeds(weird, {})
