@@ -141,24 +141,15 @@ def _report_bad(bad: list[str], total: int) -> None:
         fail(f"{len(bad)} of {total} input lines malformed (listed above; the others were processed)", code=2)
 
 
-@app.command()
-def score(
-    verifier: str = typer.Option(..., help="Verifier name, e.g. tool_call."),
-    input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
-    output: Path = typer.Option(..., help="JSONL: each input line plus its \"verdict\"."),
-) -> None:
-    """Score completions with a verifier. Exit 2 if some lines were malformed (reported by line number)."""
-    from schemas import Task
-    from verifiers import get_verifier
-
-    try:
-        module = get_verifier(verifier)
-    except ValueError as exc:
-        fail(str(exc))
+def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[str], int]:
+    """Score every {"task", "completion"} line; returns scored records, bad-line reports, line count."""
     from rich.progress import track
 
+    from schemas import Task
+
     rows = _read_jsonl(input)
-    out, bad = [], []
+    out: list[dict[str, Any]] = []
+    bad: list[str] = []
     tasks: dict[bytes, Task] = {}  # rollouts repeat tasks (k samples, GRPO groups): parse each task once
     for lineno, line in track(rows, description="score", console=err, transient=True, disable=len(rows) < 10_000):
         try:
@@ -178,10 +169,53 @@ def score(
         record["verdict"] = {"reward": v.reward, "valid": v.valid, "failure_class": v.failure_class,
                              "components": v.components, "details": v.details, "verifier": v.verifier,
                              "verifier_version": v.verifier_version}
-        out.append(orjson.dumps(record).decode() + "\n")
-    _write_jsonl_atomic(output, out)
+        out.append(record)
+    return out, bad, len(rows)
+
+
+@app.command()
+def score(
+    verifier: str = typer.Option(..., help="Verifier name, e.g. tool_call."),
+    input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
+    output: Path = typer.Option(..., help="JSONL: each input line plus its \"verdict\"."),
+) -> None:
+    """Score completions with a verifier. Exit 2 if some lines were malformed (reported by line number)."""
+    from verifiers import get_verifier
+
+    try:
+        module = get_verifier(verifier)
+    except ValueError as exc:
+        fail(str(exc))
+    out, bad, total = _score_lines(module, input)
+    _write_jsonl_atomic(output, [orjson.dumps(r).decode() + "\n" for r in out])
     err.print(f"scored {len(out)} lines -> {output}", highlight=False)
-    _report_bad(bad, len(rows))
+    _report_bad(bad, total)
+
+
+@app.command("profile-reward")
+def profile_reward(
+    verifier: str = typer.Option(..., help="Verifier name, e.g. tool_call, math, cli."),
+    input: Path = typer.Option(..., "--input", help='Rollouts JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
+    report: Path = typer.Option(None, help="Markdown report path (default: INPUT with .profile.md)."),
+    samples: int = typer.Option(3, help="Sample outputs shown per score band."),
+) -> None:
+    """Before training: score histogram, failure classes and sample outputs per score band (also as markdown)."""
+    from rich.markdown import Markdown
+
+    from tasks.profile import profile_markdown
+    from verifiers import get_verifier
+
+    try:
+        module = get_verifier(verifier)
+    except ValueError as exc:
+        fail(str(exc))
+    scored, bad, total = _score_lines(module, input)
+    text = profile_markdown(scored, verifier, samples)
+    target = report or input.with_suffix(".profile.md")
+    _write_jsonl_atomic(target, [text])
+    Console().print(Markdown(text))
+    err.print(f"report -> {target}", highlight=False)
+    _report_bad(bad, total)
 
 
 @app.command()

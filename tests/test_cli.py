@@ -13,7 +13,7 @@ from tasks.seeds import seed_task
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("command", ["generate", "score", "dedupe", "serve"])
+@pytest.mark.parametrize("command", ["generate", "score", "dedupe", "serve", "profile-reward"])
 def test_help(command: str) -> None:
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.output
@@ -88,3 +88,22 @@ def test_generate_names_a_bad_seed_line_before_starting_anything(tmp_path, catal
     result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--env", "chess"])
     assert result.exit_code == 1 and "chess.jsonl: seed file not found" in result.output and "tool_call" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_profile_reward_reports_histogram_classes_and_samples(tmp_path) -> None:
+    task = {"env": "math", "messages": [{"role": "user", "content": "1/2 + 1/4?"}], "reference": {"answer": "3/4"},
+            "meta": {"seed_id": "t"}}
+    broken = {**task, "reference": {"answer": None}}
+    rows = [{"task": task, "completion": "\\boxed{0.75}"}, {"task": task, "completion": "\\boxed{3/4}"},
+            {"task": task, "completion": "\\boxed{1/2} | \\boxed{1}"}, {"task": task, "completion": "no idea"},
+            {"task": broken, "completion": "\\boxed{1}"}]
+    src = tmp_path / "rollouts.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = runner.invoke(app, ["profile-reward", "--verifier", "math", "--input", str(src)])
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "rollouts.profile.md").read_text()
+    assert "5 rollouts, 1 with verifier errors" in report and "| 1.0 | 2 | 50.0% |" in report
+    assert "| [0, 0.5) | 2 | 50.0% |" in report
+    for failure in ("ambiguous_answer", "no_answer", "verifier_error"):
+        assert f"| {failure} | 1 |" in report
+    assert "\\|" in report, "a | inside a sample must not break the table"

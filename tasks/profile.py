@@ -1,0 +1,49 @@
+"""Reward profiling before training: histogram, failure classes and samples per score band.
+
+Contract: ``profile_markdown(rows, verifier)`` is pure: rows are dicts with
+"completion" and "verdict" (reward, valid, failure_class, details); the same
+rows give the same report. Invalid verdicts (the verifier failed) are counted
+apart from reward 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+BANDS = ((-1.0, -0.5, "[-1, -0.5)"), (-0.5, 0.0, "[-0.5, 0)"), (0.0, 0.5, "[0, 0.5)"), (0.5, 1.0, "[0.5, 1)"),
+         (1.0, 1.01, "1.0"))
+
+
+def band_of(reward: float) -> str:
+    return next((name for low, high, name in BANDS if low <= reward < high), "out of range")
+
+
+def _cell(text: str, limit: int = 160) -> str:
+    flat = " ".join(str(text).split()).replace("|", "\\|").replace("`", "'")
+    return (flat[:limit] + "...") if len(flat) > limit else flat
+
+
+def profile_markdown(rows: list[dict[str, Any]], verifier: str, samples: int = 3) -> str:
+    valid = [r for r in rows if r["verdict"]["valid"] and r["verdict"]["reward"] is not None]
+    rewards = [r["verdict"]["reward"] for r in valid]
+    bands = Counter(band_of(x) for x in rewards)
+    classes = Counter(r["verdict"]["failure_class"] or "(none: full reward)" for r in rows)
+    lines = [f"# Reward profile: {verifier}", "",
+             f"{len(rows)} rollouts, {len(rows) - len(valid)} with verifier errors (valid=false, not counted as 0).",
+             f"Mean reward {sum(rewards) / len(rewards):.3f}." if rewards else "No valid rewards.", "",
+             "## Histogram", "", "| band | rollouts | share | |", "|---|---:|---:|---|"]
+    for _, _, name in BANDS:
+        share = bands[name] / max(len(valid), 1)
+        lines.append(f"| {name} | {bands[name]} | {share:.1%} | {'#' * round(share * 40)} |")
+    lines += ["", "## Failure classes", "", "| failure class | rollouts |", "|---|---:|"]
+    lines += [f"| {name} | {n} |" for name, n in classes.most_common()]
+    lines += ["", f"## Samples per band (up to {samples}; read them before training)", ""]
+    for _, _, name in BANDS:
+        picked = [r for r in valid if band_of(r["verdict"]["reward"]) == name][:samples]
+        if picked:
+            lines += [f"### {name}", "", "| reward | failure class | completion | details |", "|---:|---|---|---|"]
+            lines += [f"| {r['verdict']['reward']} | {r['verdict']['failure_class'] or ''} | `{_cell(r['completion'])}` "
+                      f"| {_cell(r['verdict'].get('details', ''))} |" for r in picked]
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
