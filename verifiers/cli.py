@@ -22,7 +22,7 @@ import shlex
 from typing import Any
 
 from schemas import Task, Verdict
-from verifiers.common import batch_rewards
+from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "cli"
 VERSION = "1.0.0"
@@ -155,10 +155,7 @@ def _score(task: Task, completion: str) -> Verdict:
 
 def verify(task: Task, completion: str) -> Verdict:
     """Score one command; a verifier crash becomes valid=False data, never reward 0."""
-    try:
-        return _score(task, completion)
-    except Exception as err:  # the verifier itself failed: report it as data
-        return _verdict(reward=None, valid=False, failure_class="verifier_error", details=f"{type(err).__name__}: {err}")
+    return guarded_verify(NAME, VERSION, _score, task, completion)
 
 
 def cli_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:

@@ -32,3 +32,13 @@ def batch_rewards(env: str, verify: Callable[[Task, str], Verdict], completions:
         task = as_task(raw)
         rewards.append(verify(task, as_text(completion)).reward if task.env == env else None)
     return rewards
+
+
+def guarded_verify(name: str, version: str, score: Callable[[Task, str], Verdict], task: Task,
+                   completion: str) -> Verdict:
+    """Run a verifier's scoring; a crash of the verifier itself becomes valid=False data, never reward 0."""
+    try:
+        return score(task, completion)
+    except Exception as err:  # the verifier failed, not the sample: report it as data, keep the run going
+        return Verdict(reward=None, valid=False, failure_class="verifier_error", details=f"{type(err).__name__}: {err}",
+                       verifier=name, verifier_version=version)

@@ -32,7 +32,7 @@ from typing import Any
 import fastjsonschema
 
 from schemas import SafetyRule, Task, ToolCall, ToolSpec, Verdict, canonical_json
-from verifiers.common import batch_rewards
+from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "tool_call"
 VERSION = "1.0.0"
@@ -191,10 +191,7 @@ def _score(task: Task, completion: str) -> Verdict:
 
 def verify(task: Task, completion: str) -> Verdict:
     """Score one completion; a verifier crash becomes valid=False data, never reward 0."""
-    try:
-        return _score(task, completion)
-    except Exception as err:  # the verifier itself failed: report it as data, keep the run going
-        return _verdict(reward=None, valid=False, failure_class="verifier_error", details=f"{type(err).__name__}: {err}")
+    return guarded_verify(NAME, VERSION, _score, task, completion)
 
 
 def tool_call_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
