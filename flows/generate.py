@@ -183,7 +183,7 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
     seeds_path, tools_path = env_paths(config.env, Path(config.seeds_dir))
     tools, seeds = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
-    strata = tuple(sorted(tools)) if tools else tuple(sorted({s.category for s in seeds}))
+    strata = tuple(sorted(tools)) if config.env == "tool_call" else tuple(sorted({s.category for s in seeds}))
     seeds_hash = files_hash([p for p in (seeds_path, tools_path) if p.is_file()])
     log, cache = RunLog(), str(config.cache_path)
     with dask_client(config.workers, config.dask_address):

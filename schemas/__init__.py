@@ -1,6 +1,7 @@
 """Records shared by every stage (see records.py and seeds.py)."""
 
 from schemas.records import (
+    CodeTest,
     DatasetManifest,
     Message,
     Reference,
@@ -17,6 +18,6 @@ from schemas.records import (
 from schemas.seeds import SeedTask
 
 __all__ = [
-    "DatasetManifest", "Message", "Reference", "Rollout", "SafetyRule", "SeedTask", "Task", "TaskMeta",
+    "CodeTest", "DatasetManifest", "Message", "Reference", "Rollout", "SafetyRule", "SeedTask", "Task", "TaskMeta",
     "ToolCall", "ToolSpec", "Verdict", "canonical_json", "sha256_text",
 ]

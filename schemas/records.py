@@ -83,11 +83,29 @@ class Message(Record):
     name: str | None = None
 
 
+class CodeTest(Record):
+    """One unit test of a code task: the entry point's arguments and the expected return value (JSON)."""
+
+    args: tuple[Any, ...] = ()
+    expected: Any = None
+
+
 class Reference(Record):
-    """What a correct completion does: expected tool calls and/or an answer."""
+    """What a correct completion does, per env: expected tool calls (tool_call; the gold action sequence for
+    workplace), an answer (math, cli; the reference solution for code), unit tests and an entry point (code),
+    the initial and golden final state (workplace), a rubric (judge)."""
 
     calls: tuple[ToolCall, ...] = ()
     answer: str | None = None
+    tests: tuple[CodeTest, ...] = ()
+    entry_point: str | None = None
+    state: dict[str, Any] | None = None
+    final_state: dict[str, Any] | None = None
+    rubric: str | None = None
+
+
+# Fields added after the first published datasets stay out of a task's id while unset, so those ids stay valid.
+_LATER_REFERENCE_FIELDS = ("tests", "entry_point", "state", "final_state", "rubric")
 
 
 class TaskMeta(Record):
@@ -116,6 +134,9 @@ class Task(Record):
 
     def content_id(self) -> str:
         content = self.model_dump(mode="json", include={"env", "messages", "tools", "reference"})
+        for key in _LATER_REFERENCE_FIELDS:
+            if content["reference"][key] in (None, []):
+                del content["reference"][key]
         return sha256_text(canonical_json(content))
 
     @property

@@ -7,7 +7,11 @@ catalog) and the reference ``call``, whose argument strings may hold
 placeholders (an argument that is exactly ``"{slot}"`` takes the slot's typed
 value); for other envs an ``answer`` template (a command for cli; for math an
 expression over the slots that sympy evaluates exactly when ``evaluate``).
-``env`` comes from the seed file's name (ENV.jsonl).
+For code: ``answer`` is a reference solution, ``entry_point`` the function name and ``inputs`` the tests'
+argument lists (expected outputs come from running the trusted reference solution). For workplace:
+``state`` is the initial company state and ``calls`` the gold action sequence (the golden final state comes
+from replaying it). Slots fill every template, argument and state string. ``env`` comes from the seed file's
+name (ENV.jsonl).
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ def placeholders(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
+HIDDEN_SLOTS_OK = {"workplace", "code"}
+REQUIRED = {"tool_call": {"call"}, "workplace": {"calls", "state"}, "code": {"answer", "entry_point", "inputs"}}
+
+
 class SeedTask(Record):
     id: str = Field(min_length=1)
     category: str = Field(min_length=1)
@@ -33,8 +41,12 @@ class SeedTask(Record):
     slots: dict[str, str]
     values: dict[str, Any]
     call: ToolCall | None = None
+    calls: tuple[ToolCall, ...] = ()
     answer: str | None = None
     evaluate: bool = False
+    entry_point: str | None = None
+    inputs: tuple[tuple[Any, ...], ...] = ()
+    state: dict[str, Any] | None = None
     notes: str = ""
 
     @model_validator(mode="after")
@@ -42,10 +54,17 @@ class SeedTask(Record):
         if set(self.values) != set(self.slots):
             raise ValueError(f"'values' must give exactly the slots {sorted(self.slots)}, got {sorted(self.values)}")
         for template in self.templates:
-            if placeholders(template) != set(self.slots):
+            used = placeholders(template)
+            if used - set(self.slots):
+                raise ValueError(f"template {template!r} uses undeclared slots {sorted(used - set(self.slots))}")
+            # workplace and code tasks hold values the request does not name (record ids, state, test inputs)
+            if self.env not in HIDDEN_SLOTS_OK and used != set(self.slots):
                 raise ValueError(f"template {template!r} must use exactly the slots {sorted(self.slots)}")
-        if (self.call is None) == (self.answer is None):
-            raise ValueError("give exactly one reference: 'call' (tool_call) or 'answer' (other envs)")
-        if self.call is not None and self.call.tool not in self.tools:
-            raise ValueError(f"reference tool {self.call.tool!r} is not among the seed's tools {list(self.tools)}")
+        given = {k for k in ("call", "calls", "answer", "entry_point", "inputs", "state") if getattr(self, k)}
+        need = REQUIRED.get(self.env, {"answer"})
+        if given != need:
+            raise ValueError(f"{self.env} seeds give exactly {sorted(need)}; this one gives {sorted(given)}")
+        for call in (self.call, *self.calls):
+            if call is not None and call.tool not in self.tools:
+                raise ValueError(f"reference tool {call.tool!r} is not among the seed's tools {list(self.tools)}")
         return self

@@ -65,14 +65,14 @@ def candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run
 
 def task_row(task: Task, k: int) -> dict[str, Any]:
     """The flat row every stage works on; ``task`` keeps the full Task JSON. ``tool`` is the expected tool,
-    or the seed's category in envs without tools: the split stratifies on it."""
+    or the seed's category in every other env (workplace tasks call several tools): the split stratifies on it."""
     return {
         "k": k,
         "id": task.id,
         "env": task.env,
         "seed_id": task.meta.seed_id,
         "category": task.meta.category,
-        "tool": task.reference.calls[0].tool if task.reference.calls else task.meta.category,
+        "tool": task.reference.calls[0].tool if task.env == "tool_call" else task.meta.category,
         "prompt": task.prompt,
         "row_seed": task.meta.row_seed,
         "task": task.model_dump_json(),

@@ -82,6 +82,7 @@ SAMPLERS: dict[str, Callable[[random.Random], Any]] = {
     "task_id": _ident("TASK", 4),
     "project_id": _ident("PRJ", 3),
     "deal_id": _ident("DEAL", 4),
+    "contact_id": _ident("CON", 4),
     "project_name": lambda rng: rng.choice(PROJECTS),
     "task_title": lambda rng: rng.choice(("Draft", "Review", "Finalize", "Update", "Send")) + " the " + rng.choice(TOPICS),
     "priority": lambda rng: rng.choice(("low", "medium", "high")),
@@ -126,6 +127,12 @@ SAMPLERS: dict[str, Callable[[random.Random], Any]] = {
     "username": lambda rng: rng.choice(("deploy", "alice", "bob", "ci", "www-data")),
     "days": lambda rng: rng.choice((1, 3, 7, 14, 30)),
     "size_mb": lambda rng: rng.choice((10, 50, 100, 500)),
+    # code
+    "func_name": lambda rng: rng.choice(("solve", "compute", "transform", "process", "calc", "answer", "run", "apply")),
+    "divisor": lambda rng: rng.randrange(2, 10),
+    "offset": lambda rng: rng.randrange(1, 20),
+    "word": lambda rng: rng.choice(("apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano")),
+    "sep": lambda rng: rng.choice((",", ";", "|", "-", "/")),
 }
 
 

@@ -6,13 +6,14 @@ rendering is a pure function of (seed, template index, slot values).
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec
+from schemas import CodeTest, Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec
 
 SEEDS_DIR = Path(__file__).resolve().parents[1] / "datasets" / "seeds"
 SYSTEM_PROMPTS = {
@@ -20,6 +21,11 @@ SYSTEM_PROMPTS = {
                  '{"tool": "<tool name>", "args": {...}} that calls one of the available tools. No other text.',
     "math": "Solve the problem step by step. Put the final answer in \\boxed{}.",
     "cli": "You are a shell assistant. Answer with exactly one shell command on one line and nothing else.",
+    "code": "Write the Python function the user asks for. Answer with one ```python code block that defines it; "
+            "use only the standard library.",
+    "workplace": "You are a workplace assistant with access to the company's mail, calendar, projects and CRM "
+                 "through tools. Look up what you need, make the requested changes with tool calls, then reply "
+                 "with a one-line plain-text summary. Never delete or cancel anything you were not asked to.",
 }
 
 
@@ -59,8 +65,6 @@ def load_seeds(path: Path, tools: dict[str, ToolSpec]) -> list[SeedTask]:
             continue
         try:
             seed = SeedTask.model_validate({**json.loads(line), "env": env})
-            if (seed.call is None) != (env != "tool_call"):
-                raise SeedError(f"{path}:{lineno}: {env} seeds need {'a call' if env == 'tool_call' else 'an answer'}")
         except json.JSONDecodeError as err:
             raise SeedError(f"{path}:{lineno}: not JSON: {err}") from None
         except ValidationError as err:
@@ -96,8 +100,8 @@ def fill(value: Any, values: dict[str, Any]) -> Any:
         return value.format(**{k: format_value(v) for k, v in values.items()})
     if isinstance(value, list):
         return [fill(v, values) for v in value]
-    if isinstance(value, dict):
-        return {k: fill(v, values) for k, v in value.items()}
+    if isinstance(value, dict):  # keys too: workplace state tables are keyed by templated record ids
+        return {fill(k, values): fill(v, values) for k, v in value.items()}
     return value
 
 
@@ -111,14 +115,41 @@ def reference_answer(seed: SeedTask, values: dict[str, Any]) -> str:
     return str(sympy.nsimplify(sympy.sympify(text, rational=True)))
 
 
+def reference_outputs(solution: str, entry_point: str, inputs: list[list[Any]]) -> list[CodeTest]:
+    """Expected outputs of a code seed, from its reference solution (seed files are trusted code, like
+    the project's own; candidates' code only ever runs in the sandbox)."""
+    namespace: dict[str, Any] = {"__name__": "__seed__"}
+    exec(compile(solution, f"<seed solution {entry_point}>", "exec"), namespace)  # noqa: S102 - trusted seed code
+    fn = namespace[entry_point]
+    return [CodeTest(args=tuple(args), expected=json.loads(json.dumps(fn(*copy.deepcopy(args))))) for args in inputs]
+
+
+def _reference(seed: SeedTask, tools: dict[str, ToolSpec], values: dict[str, Any]) -> Reference:
+    if seed.env == "tool_call" and seed.call is not None:  # SeedTask's per-env check guarantees the call
+        return Reference(calls=(ToolCall(tool=seed.call.tool, args=fill(seed.call.args, values)),))
+    if seed.env == "code":
+        solution, entry = reference_answer(seed, values), fill(seed.entry_point, values)
+        return Reference(answer=solution, entry_point=entry,
+                         tests=tuple(reference_outputs(solution, entry, [fill(list(i), values) for i in seed.inputs])))
+    if seed.env == "workplace":
+        from verifiers.workplace import Session
+
+        calls = tuple(ToolCall(tool=c.tool, args=fill(c.args, values)) for c in seed.calls)
+        probe = Task(env="workplace", messages=(Message(role="user", content="-"),), tools=tuple(tools[n] for n in seed.tools),
+                     reference=Reference(calls=calls, state=fill(seed.state, values)), meta=TaskMeta(seed_id=seed.id))
+        session = Session.seeded(probe)
+        for call in calls:
+            observation = session.call(call.tool, call.args)
+            if "error" in observation:
+                raise SeedError(f"seed {seed.id}: reference call {call.tool} fails: {observation['error']}")
+        return probe.reference.model_copy(update={"final_state": session.state})
+    return Reference(answer=reference_answer(seed, values))
+
+
 def render(seed: SeedTask, tools: dict[str, ToolSpec], request: str, values: dict[str, Any], meta: TaskMeta) -> Task:
     messages = (Message(role="system", content=SYSTEM_PROMPTS[seed.env]), Message(role="user", content=request))
-    if seed.call is not None:
-        reference = Reference(calls=(ToolCall(tool=seed.call.tool, args=fill(seed.call.args, values)),))
-    else:
-        reference = Reference(answer=reference_answer(seed, values))
     return Task(env=seed.env, messages=messages, tools=tuple(tools[name] for name in seed.tools),
-                reference=reference, meta=meta)
+                reference=_reference(seed, tools, values), meta=meta)
 
 
 def seed_task(seed: SeedTask, tools: dict[str, ToolSpec]) -> Task:

@@ -15,12 +15,18 @@ from schemas import Task
 from tasks.generate import reject_row
 from verifiers import get_verifier
 from verifiers.tool_call import schema_errors
+from verifiers.workplace import trajectory_from_calls
 
 
 def reference_completion(task: Task) -> str:
-    """What a perfect policy answers: the reference call as JSON, the boxed answer, or the command."""
+    """What a perfect policy answers: the reference call as JSON, the boxed answer, the command, the reference
+    solution in a fence, or the gold trajectory."""
     if task.env == "math":
         return f"\\boxed{{{task.reference.answer}}}"
+    if task.env == "code":
+        return f"```python\n{task.reference.answer}```"
+    if task.env == "workplace":
+        return json.dumps(trajectory_from_calls(task.reference.calls))
     if task.env != "tool_call":
         return task.reference.answer or ""
     call = task.reference.calls[0]

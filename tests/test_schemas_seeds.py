@@ -89,7 +89,7 @@ def test_seed_env_rules(tmp_path) -> None:
     path = tmp_path / "math.jsonl"
     path.write_text(json.dumps({"id": "a", "category": "c", "templates": ["{x}?"], "slots": {"x": "int"},
                                 "values": {"x": 1}, "call": {"tool": "t", "args": {}}, "tools": ["t"]}) + "\n")
-    with pytest.raises(SeedError, match=r"math.jsonl:1: .*need"):
+    with pytest.raises(SeedError, match=r"math.jsonl:1: .*seeds give exactly \[.answer.\]"):
         load_seeds(path, {})
     weird = tmp_path / "chess.jsonl"
     weird.write_text("")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verifiers import cli, math, tool_call
+from verifiers import cli, code, math, tool_call, workplace
 
-VERIFIERS: dict[str, ModuleType] = {m.NAME: m for m in (tool_call, cli, math)}
+VERIFIERS: dict[str, ModuleType] = {m.NAME: m for m in (tool_call, cli, math, code, workplace)}
 
 
 def get_verifier(name: str) -> ModuleType:

@@ -1,0 +1,123 @@
+"""The code verifier: the completion's Python runs against the task's unit tests in the sandbox.
+
+Contract:
+- The program is the last fenced ```python (or unlabelled ```) block of the completion, else the whole text.
+- It runs in ``verifiers.sandbox`` (no network, limits, nobody, fresh tmpfs); only the tests' arguments go in.
+  The sandbox returns the entry point's return values and the comparison happens here, in the trusted
+  process, so printing, exiting early or patching builtins gains nothing.
+- Reward = fraction of tests whose return value equals the expected one (JSON values; numbers compare with
+  relative tolerance 1e-9, True is not 1). A run that leaves a process alive, or floods the result channel,
+  scores 0.
+- failure_class, first that applies: syntax_error, timeout (CPU or wall clock), resource_limit (memory, file
+  size, process count, leftover processes, output flood), runtime_error (exceptions, early exit), test_failure;
+  None at reward 1.0. A sandbox that cannot start gives valid=False (verifier_error), never reward 0.
+- The task needs ``reference.entry_point`` and ``reference.tests``; ``reference.answer`` is a reference solution.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from schemas import Task, Verdict
+from verifiers.common import as_task, as_text, guarded_verify
+from verifiers.sandbox import Limits, RunResult, run_code
+
+NAME = "code"
+VERSION = "1.0.0"
+LIMITS = Limits()
+_FENCE = re.compile(r"```(python|py)?[ \t]*\n(.*?)```", re.S)
+_RESOURCE_ERRORS = {"MemoryError"}
+_RESOURCE_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EFBIG, errno.EMFILE, errno.ENOSPC, errno.EDQUOT}
+SIGXCPU, SIGXFSZ, SIGKILL = 24, 25, 9
+
+
+def extract_code(completion: str) -> str:
+    blocks = _FENCE.findall(completion)
+    return blocks[-1][1] if blocks else completion
+
+
+def same(expected: Any, got: Any) -> bool:
+    """JSON equality with a numeric tolerance; bools and numbers never mix."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(expected) is type(got) and expected == got
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(expected, list) and isinstance(got, list):
+        return len(expected) == len(got) and all(same(e, g) for e, g in zip(expected, got))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return expected.keys() == got.keys() and all(same(v, got[k]) for k, v in expected.items())
+    return type(expected) is type(got) and expected == got
+
+
+def _is_resource(error: dict[str, Any]) -> bool:
+    return error.get("type") in _RESOURCE_ERRORS or error.get("errno") in _RESOURCE_ERRNOS
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    return f"{error.get('type')}: {error.get('message', '')}"[:300]
+
+
+def classify(result: RunResult, n_tests: int, expected: list[Any]) -> tuple[float, str | None, str]:
+    """(reward, failure_class, details) from the sandbox's events; see the module contract."""
+    by_kind = {e["event"]: e for e in result.events}
+    if "syntax_error" in by_kind:
+        return 0.0, "syntax_error", _error_text(by_kind["syntax_error"].get("error", {}))
+    tests: dict[int, dict[str, Any]] = {}
+    for event in result.events:
+        if event["event"] == "test" and isinstance(event.get("i"), int) and event["i"] not in tests:
+            tests[event["i"]] = event
+    passed = sum(1 for i in range(n_tests) if i in tests and "value" in tests[i] and same(expected[i], tests[i]["value"]))
+    errors = [t["error"] for t in tests.values() if isinstance(t.get("error"), dict)]
+    reward = passed / n_tests
+    if result.overflow:
+        return 0.0, "resource_limit", "flooded the result channel"
+    if result.timed_out or result.exit_code in (128 + SIGXCPU, 128 + SIGKILL):
+        return reward, "timeout", f"{passed}/{n_tests} tests passed before the time limit"
+    if "leftover" in by_kind:
+        return 0.0, "resource_limit", f"left {by_kind['leftover'].get('count')} process(es) running after the tests"
+    if "load_error" in by_kind:
+        error = by_kind["load_error"].get("error", {})
+        return 0.0, "resource_limit" if _is_resource(error) else "runtime_error", _error_text(error)
+    if result.exit_code == 128 + SIGXFSZ or any(_is_resource(e) for e in errors):
+        return reward, "resource_limit", next((_error_text(e) for e in errors if _is_resource(e)), "file size limit")
+    if "done" not in by_kind:
+        return reward, "runtime_error", f"the program exited before the tests finished (exit status {result.exit_code})"
+    if errors:
+        return reward, "runtime_error", f"{passed}/{n_tests} passed; {len(errors)} raised, first: {_error_text(errors[0])}"
+    if passed < n_tests:
+        wrong = next(i for i in range(n_tests) if not same(expected[i], tests[i].get("value")))
+        return reward, "test_failure", f"{passed}/{n_tests} passed; test {wrong} returned {str(tests[wrong].get('value'))[:100]}"
+    return 1.0, None, f"{n_tests}/{n_tests} tests passed"
+
+
+def _score(task: Task, completion: str) -> Verdict:
+    ref = task.reference
+    if not ref.entry_point or not ref.tests:
+        raise ValueError(f"code task {task.id[:12]} needs reference.entry_point and reference.tests")
+    code = extract_code(completion)
+    if not code.strip():
+        return Verdict(reward=0.0, valid=True, failure_class="syntax_error", details="no code in the completion",
+                       verifier=NAME, verifier_version=VERSION)
+    result = run_code(code, ref.entry_point, [list(t.args) for t in ref.tests], LIMITS)
+    reward, failure, details = classify(result, len(ref.tests), [t.expected for t in ref.tests])
+    return Verdict(reward=round(reward, 10), valid=True, failure_class=failure, details=details,
+                   components={"tests_passed": round(reward, 10), "seconds": round(result.seconds, 3)},
+                   verifier=NAME, verifier_version=VERSION)
+
+
+def verify(task: Task, completion: str) -> Verdict:
+    return guarded_verify(NAME, VERSION, _score, task, completion)
+
+
+def code_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
+    """TRL reward function; sandboxes of one batch run in parallel (each is its own process)."""
+    def one(pair: tuple[Any, Any]) -> float | None:
+        t = as_task(pair[1])
+        return verify(t, as_text(pair[0])).reward if t.env == NAME else None
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(one, zip(completions, task, strict=True)))
