@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from schemas import Task
-from tasks.seeds import seed_task
+from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from verifiers import VERIFIERS, get_verifier
 
 CASES_DIR = Path(__file__).resolve().parents[1] / "verifiers" / "cases"
@@ -23,10 +24,17 @@ def load_cases() -> list[tuple[str, dict]]:
     return cases
 
 
+@cache
+def env_catalog(env: str) -> tuple[dict, list]:
+    seeds_path, tools_path = env_paths(env)
+    tools = load_tools(tools_path) if tools_path.is_file() else {}
+    return tools, load_seeds(seeds_path, tools)
+
+
 def case_task(case: dict, catalog) -> Task:
     if "task" in case:
         return Task.model_validate(case["task"])
-    tools, seeds = catalog
+    tools, seeds = env_catalog(case["seed_env"]) if "seed_env" in case else catalog
     task = seed_task(next(s for s in seeds if s.id == case["seed"]), tools)
     if "task_update" in case:
         task = Task.model_validate({**task.model_dump(), "id": "", **case["task_update"]})

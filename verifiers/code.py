@@ -105,7 +105,7 @@ def _score(task: Task, completion: str) -> Verdict:
     result = run_code(code, ref.entry_point, [list(t.args) for t in ref.tests], LIMITS)
     reward, failure, details = classify(result, len(ref.tests), [t.expected for t in ref.tests])
     return Verdict(reward=round(reward, 10), valid=True, failure_class=failure, details=details,
-                   components={"tests_passed": round(reward, 10), "seconds": round(result.seconds, 3)},
+                   components={"tests_passed": round(reward, 10)},
                    verifier=NAME, verifier_version=VERSION)
 
 

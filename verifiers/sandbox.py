@@ -122,6 +122,24 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the sandbox from the inside out: its first process inside the namespace (the namespace dies with
+    it), then bwrap, which reaps it. Killing bwrap first would orphan that process as a zombie of the host's init."""
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        try:
+            os.kill(int(child), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+
+
 def run_code(code: str, entry_point: str, inputs: list[list[Any]], limits: Limits | None = None) -> RunResult:
     """Run ``entry_point(*args)`` for every ``args`` in ``inputs`` inside a fresh sandbox."""
     limits = limits or Limits()
@@ -133,9 +151,8 @@ def run_code(code: str, entry_point: str, inputs: list[list[Any]], limits: Limit
         out, err, timed_out, overflow = _pump(proc, payload, start + limits.wall_s, limits.max_result_kb * 1024)
     finally:
         if proc.poll() is None:
-            _kill_group(proc)  # timeout or flood: the PID namespace dies with bwrap
+            _stop(proc)  # timeout or flood
         proc.wait()
-        _kill_group(proc)  # anything that slipped out of the namespace but kept the session
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe:
                 pipe.close()

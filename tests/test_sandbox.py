@@ -1,0 +1,119 @@
+"""Hostile code against the sandbox: every case is contained, scored as a failure of the right class, and the
+host is unaffected (no files written, no connection made, no process left, the test process alive)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from schemas import Task
+from verifiers import code
+from verifiers.sandbox import NOBODY, Limits, run_code
+
+HOSTILE = {
+    "fork bomb": ("import os\ndef solve(xs):\n    while True:\n        os.fork()\n", "resource_limit"),
+    "fork bomb that swallows errors": ("import os\ndef solve(xs):\n    while True:\n        try:\n            os.fork()\n"
+                                       "        except OSError:\n            pass\n", "timeout"),
+    "memory bomb": ("def solve(xs):\n    blocks = []\n    while True:\n        blocks.append(bytearray(64 * 1024 * 1024))\n",
+                    "resource_limit"),
+    "infinite loop": ("def solve(xs):\n    while True:\n        pass\n", "timeout"),
+    "sleeps past the wall clock": ("import time\ndef solve(xs):\n    time.sleep(3600)\n", "timeout"),
+    "endless output": ("def solve(xs):\n    while True:\n        print('spam' * 1000)\n", "resource_limit"),
+    "floods the result channel": ("import os\ndef solve(xs):\n    while True:\n        os.write(3, b'x' * 65536)\n",
+                                  "resource_limit"),
+    "exits early to fake success": ("import os\nprint('ALL TESTS PASSED')\nos._exit(0)\n", "runtime_error"),
+    "leaves a background process": ("import os, time\ndef solve(xs):\n    if os.fork() == 0:\n        os.setsid()\n"
+                                    "        time.sleep(3600)\n    return [x for x in xs if x % 3 == 0]\n", "resource_limit"),
+    "kills its parent and everything it can": ("import os, signal\ndef solve(xs):\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+                                               "    os.kill(-1, signal.SIGKILL)\n    os.kill(HOST_PID, signal.SIGKILL)\n"
+                                               "    return [x for x in xs if x % 3 == 0]\n", "runtime_error"),
+}
+
+
+def divisible_task() -> Task:
+    tests = [{"args": [[3, 8, 12]], "expected": [3, 12]}, {"args": [[]], "expected": []}]
+    return Task.model_validate({"env": "code", "messages": [{"role": "user", "content": "Write solve(xs)."}],
+                                "reference": {"answer": "", "entry_point": "solve", "tests": tests},
+                                "meta": {"seed_id": "hostile"}})
+
+
+def sandbox_processes() -> list[str]:
+    """Processes a sandbox could have left: bwrap itself, or anything running as nobody (when we are root)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        uid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:")))
+        if "--unshare-pid" in cmd or (os.geteuid() == 0 and uid == NOBODY):
+            found.append(f"{pid}: {cmd[:80]}")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_code_is_contained(name: str, monkeypatch) -> None:
+    source, expected_class = HOSTILE[name]
+    monkeypatch.setattr(code, "LIMITS", Limits(cpu_s=1, wall_s=3))
+    verdict = code.verify(divisible_task(), source.replace("HOST_PID", str(os.getpid())))
+    assert verdict.valid, verdict.details
+    assert verdict.failure_class == expected_class, verdict.details
+    assert verdict.reward == 0.0, verdict.details
+    assert sandbox_processes() == []
+
+
+def test_files_outside_the_work_directory_are_untouchable(tmp_path) -> None:
+    host_file = Path("/tmp") / f"flywheel-escape-{uuid.uuid4().hex}"
+    repo_file = Path(__file__).resolve().parents[1] / f"escape-{uuid.uuid4().hex}"
+    source = (f"def solve():\n    written = []\n    for path in ({str(host_file)!r}, {str(repo_file)!r}, '/etc/flywheel', "
+              f"'/usr/lib/flywheel'):\n        try:\n            open(path, 'w').write('x')\n            written.append(path)\n"
+              f"        except OSError:\n            pass\n    open('local.txt', 'w').write('fine')\n    return written\n")
+    result = run_code(source, "solve", [[]])
+    assert [e.get("value") for e in result.events if e["event"] == "test"] == [[str(host_file)]]  # its own /tmp only
+    assert not host_file.exists() and not repo_file.exists()
+
+
+def test_no_network_even_to_the_host_loopback() -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+    thread = threading.Thread(target=lambda: accepted.append(_accept(server)))
+    thread.start()
+    source = (f"import socket\ndef solve(xs):\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+              "    return 'connected'\n")
+    verdict = code.verify(divisible_task(), source)
+    thread.join()
+    server.close()
+    assert verdict.failure_class == "runtime_error" and "Error" in verdict.details
+    assert accepted == [None], "the sandbox reached a server on the host"
+
+
+def _accept(server: socket.socket) -> object:
+    try:
+        return server.accept()
+    except TimeoutError:
+        return None
+
+
+def test_environment_is_empty_and_the_user_unprivileged() -> None:
+    source = "import os\ndef solve():\n    return [dict(os.environ), os.getcwd(), os.getuid() != 0, sorted(os.listdir('/'))]\n"
+    result = run_code(source, "solve", [[]])
+    env, cwd, unprivileged, root_entries = next(e["value"] for e in result.events if e["event"] == "test")
+    assert set(env) <= {"PATH", "PWD", "LC_CTYPE"} and cwd == "/work" and unprivileged
+    assert "home" not in root_entries and "etc" not in root_entries
+
+
+def test_trl_reward_runs_a_batch_in_parallel_in_order() -> None:
+    task = divisible_task()
+    good = "def solve(xs):\n    return [x for x in xs if x % 3 == 0]\n"
+    rewards = code.code_reward([good, "def solve(xs):\n    return []\n", "syntax error(", good], task=[task] * 4)
+    assert rewards == [1.0, 0.5, 0.0, 1.0]
