@@ -141,6 +141,27 @@ def _report_bad(bad: list[str], total: int) -> None:
         fail(f"{len(bad)} of {total} input lines malformed (listed above; the others were processed)", code=2)
 
 
+def _verifier(name: str, judge_url: str | None, judge_model: str) -> Any:
+    """The verifier module by name; the judge gets its endpoint here, and a judge without one is a config error."""
+    from verifiers import get_verifier
+
+    try:
+        module = get_verifier(name)
+    except ValueError as exc:
+        fail(str(exc))
+    if name == "judge":
+        url = judge_url or os.environ.get("FLYWHEEL_JUDGE_URL")
+        if not url:
+            fail("the judge verifier needs an OpenAI-compatible endpoint: pass --judge-url http://127.0.0.1:8000/v1 "
+                 "(e.g. `flywheel serve`) or set FLYWHEEL_JUDGE_URL")
+        module.configure(url, judge_model or os.environ.get("FLYWHEEL_JUDGE_MODEL", "judge"))
+    return module
+
+
+JUDGE_URL = typer.Option(None, help="judge verifier: OpenAI-compatible base URL (default $FLYWHEEL_JUDGE_URL).")
+JUDGE_MODEL = typer.Option(None, help="judge verifier: model name (default $FLYWHEEL_JUDGE_MODEL or 'judge').")
+
+
 def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[str], int]:
     """Score every {"task", "completion"} line; returns scored records, bad-line reports, line count."""
     from rich.progress import track
@@ -154,8 +175,9 @@ def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[s
     for lineno, line in track(rows, description="score", console=err, transient=True, disable=len(rows) < 10_000):
         try:
             record = orjson.loads(line)
-            if not isinstance(record, dict) or not isinstance(record.get("completion"), str) or "task" not in record:
-                raise ValueError('expected an object with "task" (Task JSON) and "completion" (string)')
+            if not isinstance(record, dict) or "task" not in record or not isinstance(record.get("completion"), (str, list)):
+                raise ValueError('expected an object with "task" (Task JSON) and "completion" (a string, or a list of '
+                                 'chat messages: a trajectory)')
             key = orjson.dumps(record["task"], option=orjson.OPT_SORT_KEYS)
             task = tasks.get(key)
             if task is None:
@@ -165,7 +187,8 @@ def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[s
         except (ValueError, ValidationError) as exc:
             bad.append(f"{input}:{lineno}: {_one_line(exc)}")
             continue
-        v = module.verify(task, record["completion"])
+        completion = record["completion"]
+        v = module.verify(task, completion if isinstance(completion, str) else orjson.dumps(completion).decode())
         record["verdict"] = {"reward": v.reward, "valid": v.valid, "failure_class": v.failure_class,
                              "components": v.components, "details": v.details, "verifier": v.verifier,
                              "verifier_version": v.verifier_version}
@@ -175,17 +198,15 @@ def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[s
 
 @app.command()
 def score(
-    verifier: str = typer.Option(..., help="Verifier name, e.g. tool_call."),
-    input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
+    verifier: str = typer.Option(..., help="Verifier name, one of tool_call, math, cli, code, workplace, judge."),
+    input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>" or [messages]} '
+                                                    "per line (workplace: the trajectory, replayed in a fresh session)."),
     output: Path = typer.Option(..., help="JSONL: each input line plus its \"verdict\"."),
+    judge_url: str = JUDGE_URL,
+    judge_model: str = JUDGE_MODEL,
 ) -> None:
     """Score completions with a verifier. Exit 2 if some lines were malformed (reported by line number)."""
-    from verifiers import get_verifier
-
-    try:
-        module = get_verifier(verifier)
-    except ValueError as exc:
-        fail(str(exc))
+    module = _verifier(verifier, judge_url, judge_model)
     out, bad, total = _score_lines(module, input)
     _write_jsonl_atomic(output, [orjson.dumps(r).decode() + "\n" for r in out])
     err.print(f"scored {len(out)} lines -> {output}", highlight=False)
@@ -194,21 +215,19 @@ def score(
 
 @app.command("profile-reward")
 def profile_reward(
-    verifier: str = typer.Option(..., help="Verifier name, e.g. tool_call, math, cli."),
+    verifier: str = typer.Option(..., help="Verifier name, one of tool_call, math, cli, code, workplace, judge."),
     input: Path = typer.Option(..., "--input", help='Rollouts JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
     report: Path = typer.Option(None, help="Markdown report path (default: INPUT with .profile.md)."),
     samples: int = typer.Option(3, help="Sample outputs shown per score band."),
+    judge_url: str = JUDGE_URL,
+    judge_model: str = JUDGE_MODEL,
 ) -> None:
     """Before training: score histogram, failure classes and sample outputs per score band (also as markdown)."""
     from rich.markdown import Markdown
 
     from tasks.profile import profile_markdown
-    from verifiers import get_verifier
 
-    try:
-        module = get_verifier(verifier)
-    except ValueError as exc:
-        fail(str(exc))
+    module = _verifier(verifier, judge_url, judge_model)
     scored, bad, total = _score_lines(module, input)
     text = profile_markdown(scored, verifier, samples)
     target = report or input.with_suffix(".profile.md")
@@ -273,6 +292,24 @@ def serve(
         fail(_one_line(exc))
     err.print(f"serving {name} on http://{host}:{port}/v1", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
+@app.command("serve-env")
+def serve_env(
+    env: str = typer.Option("workplace", help="Environment to serve (workplace)."),
+    host: str = typer.Option("127.0.0.1", help="Bind address."),
+    port: int = typer.Option(8100, help="Port."),
+    max_sessions: int = typer.Option(10_000, help="Open sessions allowed at once (429 beyond)."),
+) -> None:
+    """Serve an environment as a resources server: /seed_session, one endpoint per tool, /verify."""
+    import uvicorn
+
+    from verifiers.workplace_server import create_app
+
+    if env != "workplace":
+        fail(f"--env {env!r} has no resources server; serve-env serves: workplace")
+    err.print(f"serving the {env} environment on http://{host}:{port} (docs at /docs)", highlight=False)
+    uvicorn.run(create_app(max_sessions), host=host, port=port, log_level="warning")
 
 
 def main() -> None:

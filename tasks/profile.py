@@ -8,6 +8,7 @@ apart from reward 0.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -19,8 +20,10 @@ def band_of(reward: float) -> str:
     return next((name for low, high, name in BANDS if low <= reward < high), "out of range")
 
 
-def _cell(text: str, limit: int = 160) -> str:
-    flat = " ".join(str(text).split()).replace("|", "\\|").replace("`", "'")
+def _cell(text: Any, limit: int = 160) -> str:
+    """One table cell; a trajectory (message list) is shown as its JSON."""
+    raw = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+    flat = " ".join(raw.split()).replace("|", "\\|").replace("`", "'")
     return (flat[:limit] + "...") if len(flat) > limit else flat
 
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from conftest import free_port
 
 from flows.config import GenerateConfig
 from flows.generate import run_generate
@@ -47,33 +45,9 @@ def test_flow_with_transformers_backend(tmp_path, prefect_api) -> None:
     assert any(k.startswith("generate:paraphrase_lost_value") for k in manifest.reject_reasons)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--port", str(port), "--name", "smol"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
 @pytest.mark.server
-def test_openai_backend_against_a_real_local_server(server, catalog) -> None:
+def test_openai_backend_against_a_real_local_server(model_server, catalog) -> None:
+    server = model_server
     tools, seeds = catalog
     para = OpenAIParaphraser(server, "smol", concurrency=2)
     first = generate_candidates(range(8), seeds, tools, 2, para)
@@ -85,7 +59,7 @@ def test_openai_backend_against_a_real_local_server(server, catalog) -> None:
 
 @pytest.mark.server
 def test_openai_backend_retries_then_names_the_failure() -> None:
-    para = OpenAIParaphraser(f"http://127.0.0.1:{_free_port()}/v1", "m", retries=1, timeout_s=2)
+    para = OpenAIParaphraser(f"http://127.0.0.1:{free_port()}/v1", "m", retries=1, timeout_s=2)
     with pytest.raises(RuntimeError, match="failed after 2 tries"):
         para.paraphrase(["hello"], [1])
 

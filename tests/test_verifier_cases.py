@@ -45,7 +45,11 @@ def case_task(case: dict, catalog) -> Task:
 def test_golden_case(verifier: str, case: dict, catalog) -> None:
     module = get_verifier(verifier)
     task = case_task(case, catalog)
-    verdicts = [module.verify(task, case["completion"]) for _ in range(case.get("repeat", 1))]
+    if verifier == "judge":  # the judge model's reply is part of the case; the endpoint is tested in test_judge.py
+        verdicts = [module.verdict_from_reply(case["judge_reply"], case.get("judge_error", ""))
+                    for _ in range(case.get("repeat", 1))]
+    else:
+        verdicts = [module.verify(task, case["completion"]) for _ in range(case.get("repeat", 1))]
     first = verdicts[0]
     expect = case["expect"]
     assert all(v == first for v in verdicts), "same input must give the same verdict"

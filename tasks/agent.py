@@ -1,0 +1,211 @@
+"""The agent loop: a policy drives a workplace session through tool calls until it answers in plain text, spends
+its token budget or reaches max_steps; the episode's trajectory is OpenAI chat messages, replayable by
+``verifiers.workplace.verify``.
+
+Contract:
+- A policy is ``policy(messages, tools) -> PolicyReply``: native OpenAI ``tool_calls``, or text that is one
+  JSON object ``{"tool": ..., "args": {...}}`` (or a list of them), the project's text format for models
+  without native tool calling. Any other text is the final answer.
+- The environment is in process (``LocalEnv``) or the resources server over HTTP (``HTTPEnv``); both give
+  one fresh session per episode and score it with the same verifier.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from schemas import Task, Verdict
+from verifiers.workplace import Session, score_session
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+
+
+@dataclass(frozen=True)
+class PolicyReply:
+    text: str | None
+    tool_calls: list[dict[str, Any]] | None = None
+    completion_tokens: int = 0
+
+
+class Policy(Protocol):
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> PolicyReply: ...
+
+
+class Env(Protocol):
+    def seed(self, task: Task) -> str: ...
+    def call(self, session_id: str, tool: str, args: Any) -> dict[str, Any]: ...
+    def verify(self, session_id: str) -> Verdict: ...
+
+
+@dataclass
+class Episode:
+    session_id: str
+    messages: list[dict[str, Any]]
+    verdict: Verdict
+    steps: int
+    completion_tokens: int
+    stop_reason: str  # answer | max_steps | max_tokens
+
+
+def parse_action(text: str | None) -> list[dict[str, Any]] | None:
+    """Tool calls written as text ({"tool", "args"} objects), in OpenAI's tool_calls shape; None for plain text."""
+    if not text:
+        return None
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    try:
+        value = json.loads(fenced.group(1) if fenced else body)
+    except ValueError:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, dict) and isinstance(v.get("tool"), str) for v in items):
+        return None
+    return [{"id": f"call_{i}", "type": "function", "function": {"name": v["tool"], "arguments": json.dumps(v.get("args", {}))}}
+            for i, v in enumerate(items)]
+
+
+def openai_tools(task: Task) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in task.tools]
+
+
+class LocalEnv:
+    def __init__(self) -> None:
+        self.sessions: dict[str, Session] = {}
+
+    def seed(self, task: Task) -> str:
+        session_id = f"local-{len(self.sessions)}"
+        self.sessions[session_id] = Session.seeded(task)
+        return session_id
+
+    def call(self, session_id: str, tool: str, args: Any) -> dict[str, Any]:
+        return self.sessions[session_id].call(tool, args)
+
+    def verify(self, session_id: str) -> Verdict:
+        session = self.sessions.pop(session_id)
+        return score_session(session.task, session)
+
+
+class HTTPEnv:
+    """The resources server (``flywheel serve-env``) as an Env."""
+
+    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
+        self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
+        self.tools: dict[str, list[str]] = {}
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.client.post(path, json=body)
+        if response.status_code >= 400:
+            raise RuntimeError(f"workplace server {path}: HTTP {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    def seed(self, task: Task) -> str:
+        reply = self._post("/seed_session", {"task": task.model_dump(mode="json")})
+        self.tools[reply["session_id"]] = reply["tools"]
+        return reply["session_id"]
+
+    def call(self, session_id: str, tool: str, args: Any) -> dict[str, Any]:
+        offered = self.tools[session_id]
+        if tool not in offered:  # answered here as the in-process session does: a name is never a server path
+            return {"error": f"tool {tool!r} is not available; available: {offered}"}
+        if not isinstance(args, dict):
+            return {"error": "arguments must be a JSON object"}
+        return self._post(f"/{tool}", {"session_id": session_id, "args": args})["observation"]
+
+    def verify(self, session_id: str) -> Verdict:
+        self.tools.pop(session_id, None)
+        return Verdict.model_validate(self._post("/verify", {"session_id": session_id, "close": True}))
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    raw = call.get("function", {}).get("arguments", {})
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return raw
+    return raw
+
+
+def run_episode(policy: Policy, env: Env, task: Task, max_steps: int = 8, max_tokens: int = 2048) -> Episode:
+    session_id = env.seed(task)
+    messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in task.messages]
+    tools, tokens, stop, steps = openai_tools(task), 0, "max_steps", 0
+    while steps < max_steps:
+        steps += 1
+        reply = policy(messages, tools)
+        tokens += reply.completion_tokens
+        calls = reply.tool_calls or parse_action(reply.text)
+        if not calls:
+            messages.append({"role": "assistant", "content": reply.text or ""})
+            stop = "answer"
+            break
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        for call in calls:
+            name = call.get("function", {}).get("name", "")
+            observation = env.call(session_id, name, _arguments(call))
+            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
+                             "content": json.dumps(observation)})
+        if tokens >= max_tokens:
+            stop = "max_tokens"
+            break
+    return Episode(session_id, messages, env.verify(session_id), steps, tokens, stop)
+
+
+@dataclass
+class OpenAIChatPolicy:
+    """A policy behind any OpenAI-compatible chat endpoint. ``native_tools=False`` renders the tools into the
+    system prompt and tool results as user turns, for models without native tool calling (the embedded one)."""
+
+    base_url: str
+    model: str
+    seed: int = 0
+    temperature: float = 0.0
+    max_tokens: int = 128
+    native_tools: bool = False
+    timeout_s: float = 120.0
+    client: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = httpx.Client(base_url=self.base_url.rstrip("/"), timeout=self.timeout_s)
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> PolicyReply:
+        body: dict[str, Any] = {"model": self.model, "seed": self.seed, "temperature": self.temperature,
+                                "max_tokens": self.max_tokens}
+        if self.native_tools:
+            body |= {"messages": messages, "tools": tools}
+        else:
+            body["messages"] = as_text_chat(messages, tools)
+        response = self.client.post("/chat/completions", json=body)
+        if response.status_code >= 400:
+            raise RuntimeError(f"policy endpoint: HTTP {response.status_code}: {response.text[:300]}")
+        data = response.json()
+        message = data["choices"][0]["message"]
+        return PolicyReply(message.get("content"), message.get("tool_calls"), data.get("usage", {}).get("completion_tokens", 0))
+
+
+def as_text_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A tool-calling conversation as plain chat turns (tool list in the system turn, results as user turns)."""
+    catalog = "\n".join(f"- {t['function']['name']}: {t['function']['description']} args schema: "
+                        f"{json.dumps(t['function']['parameters'])}" for t in tools)
+    howto = ('To call a tool answer with only {"tool": "<name>", "args": {...}}. '
+             "When you are done, answer in plain text.\nTools:\n" + catalog)
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if m["role"] == "system":
+            out.append({"role": "system", "content": f"{m.get('content') or ''}\n{howto}"})
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": f"Result of {m.get('name', 'tool')}: {m.get('content')}"})
+        elif m.get("tool_calls"):
+            calls = [{"tool": c["function"]["name"], "args": _arguments(c)} for c in m["tool_calls"]]
+            out.append({"role": "assistant", "content": json.dumps(calls[0] if len(calls) == 1 else calls)})
+        else:
+            out.append({"role": m["role"], "content": m.get("content") or ""})
+    if not any(m["role"] == "system" for m in out):
+        out.insert(0, {"role": "system", "content": howto})
+    return out

@@ -1,0 +1,157 @@
+"""The workplace environment: agent loop in process and over the resources server, 64 concurrent sessions
+without leaks, malformed requests, and the embedded model driving a real episode."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from conftest import cli_server
+
+from schemas import Task
+from tasks.agent import HTTPEnv, LocalEnv, OpenAIChatPolicy, PolicyReply, parse_action, run_episode
+from tasks.generate import candidate
+from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
+from verifiers import workplace
+
+
+@pytest.fixture(scope="module")
+def wp_catalog():
+    seeds_path, tools_path = env_paths("workplace")
+    tools = load_tools(tools_path)
+    return tools, load_seeds(seeds_path, tools)
+
+
+class GoldPolicy:
+    """Plays the task's reference calls one per turn, as text actions, then answers: an oracle for the env."""
+
+    def __init__(self, task: Task, calls: int | None = None) -> None:
+        self.calls = list(task.reference.calls)[:calls]
+
+    def __call__(self, messages, tools) -> PolicyReply:
+        if not self.calls:
+            return PolicyReply("All done.", None, 3)
+        call = self.calls.pop(0)
+        return PolicyReply(json.dumps({"tool": call.tool, "args": call.args}), None, 10)
+
+
+def test_gold_policy_solves_every_seed_and_replay_agrees(wp_catalog) -> None:
+    tools, seeds = wp_catalog
+    tasks = [seed_task(s, tools) for s in seeds] + [candidate(k, seeds, tools, 11)[0] for k in range(48)]
+    for task in tasks:
+        episode = run_episode(GoldPolicy(task), LocalEnv(), task)
+        assert episode.verdict.reward == 1.0, (task.meta.seed_id, episode.verdict.details)
+        assert episode.stop_reason == "answer"
+        assert workplace.verify(task, json.dumps(episode.messages)) == episode.verdict  # stored rollouts re-score
+
+
+def test_stops_at_max_steps_and_scores_what_was_done(wp_catalog) -> None:
+    tools, seeds = wp_catalog
+    task = seed_task(next(s for s in seeds if s.id == "wp-reschedule-notify"), tools)
+    episode = run_episode(GoldPolicy(task), LocalEnv(), task, max_steps=2)
+    assert episode.stop_reason == "max_steps" and episode.steps == 2
+    assert episode.verdict.reward == 0.5 and episode.verdict.failure_class == "wrong_state"
+
+
+def test_parse_action_reads_text_tool_calls() -> None:
+    calls = parse_action('```json\n{"tool": "list_events", "args": {"date": "2026-01-01"}}\n```')
+    assert calls and calls[0]["function"]["name"] == "list_events"
+    assert parse_action("I have moved the meeting.") is None
+    assert parse_action('{"answer": 3}') is None
+
+
+@pytest.fixture(scope="module")
+def env_server():
+    with cli_server(["serve-env", "--max-sessions", "200"], "/health", timeout_s=60) as base:
+        yield base
+
+
+def _session_plan(i: int, task: Task) -> list:
+    """Each session does something different: all gold calls, a prefix, or the gold calls plus a wrong one."""
+    calls = list(task.reference.calls)
+    if i % 3 == 1:
+        return calls[: max(1, len(calls) - 1)]
+    if i % 3 == 2:
+        return calls + [type(calls[0])(tool="update_event", args={"event_id": "EVT-0000"})]
+    return calls
+
+
+@pytest.mark.server
+def test_64_concurrent_sessions_over_http_do_not_leak(env_server, wp_catalog) -> None:
+    tools, seeds = wp_catalog
+    tasks = [candidate(k, seeds, tools, 5)[0] for k in range(64)]
+    barrier = threading.Barrier(64)
+
+    def one(i: int) -> tuple[dict, dict, dict]:
+        env = HTTPEnv(env_server)
+        task = tasks[i]
+        session_id = env.seed(task)
+        barrier.wait(timeout=60)  # all 64 sessions are open before anyone acts
+        for call in _session_plan(i, task):
+            env.call(session_id, call.tool, call.args)
+        state = env.client.get(f"/sessions/{session_id}/state").json()
+        barrier.wait(timeout=60)  # and still open while the others act
+        return state, env.verify(session_id).model_dump(), {}
+
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(one, range(64)))
+    for i, (state, verdict, _) in enumerate(results):
+        local = workplace.Session.seeded(tasks[i])
+        for call in _session_plan(i, tasks[i]):
+            local.call(call.tool, call.args)
+        assert state == local.state, f"session {i} does not hold exactly its own changes"
+        expected = workplace.score_session(tasks[i], local)
+        assert (verdict["reward"], verdict["failure_class"]) == (expected.reward, expected.failure_class)
+    assert httpx.get(env_server + "/health").json()["sessions"] == 0
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("post", "/seed_session", "not json"),
+    ("post", "/seed_session", {}),
+    ("post", "/seed_session", {"task": {"env": "workplace"}}),
+    ("post", "/seed_session", {"task": {"env": "cli", "messages": [{"role": "user", "content": "ls"}],
+                                        "reference": {"answer": "ls"}, "meta": {"seed_id": "x"}}}),
+    ("post", "/list_events", {"args": {"date": "2026-01-01"}}),
+    ("post", "/list_events", {"session_id": "nope", "args": {}}),
+    ("post", "/list_events", {"session_id": "nope", "args": [1, 2]}),
+    ("post", "/no_such_tool", {"session_id": "nope", "args": {}}),
+    ("post", "/verify", {"session_id": 5}),
+    ("post", "/verify", {"session_id": "nope"}),
+    ("get", "/sessions/nope/state", None),
+    ("delete", "/sessions/nope", None),
+])
+def test_malformed_requests_get_4xx_with_a_message(env_server, method, path, body) -> None:
+    kwargs = {"content": body} if isinstance(body, str) else {"json": body} if body is not None else {}
+    response = httpx.request(method.upper(), env_server + path, **kwargs,
+                             headers={"content-type": "application/json"} if body is not None else {})
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json().get("detail"), "the error must say what is wrong"
+
+
+@pytest.mark.server
+def test_bad_tool_calls_are_observations_not_errors(env_server, wp_catalog) -> None:
+    tools, seeds = wp_catalog
+    env = HTTPEnv(env_server)
+    task = seed_task(seeds[0], tools)
+    session_id = env.seed(task)
+    assert "error" in env.call(session_id, "update_event", {"event_id": "EVT-0000", "time": "10:00"})
+    assert "error" in env.call(session_id, "update_event", {"event_id": "EVT-4821", "time": "10 pm"})
+    assert "error" in env.call(session_id, "verify", {})  # a tool name is never a server path
+    assert env.verify(session_id).failure_class == "incomplete"
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_embedded_model_drives_an_episode_through_both_servers(model_server, env_server, wp_catalog) -> None:
+    tools, seeds = wp_catalog
+    task = seed_task(seeds[0], tools)
+    policy = OpenAIChatPolicy(model_server, "smol", seed=3, max_tokens=64)
+    episode = run_episode(policy, HTTPEnv(env_server), task, max_steps=3)
+    assert episode.verdict.valid and episode.completion_tokens > 0
+    assert episode.stop_reason in {"answer", "max_steps", "max_tokens"}
+    replayed = workplace.verify(task, json.dumps(episode.messages))
+    assert replayed.reward == episode.verdict.reward
