@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
 
+from conftest import free_port
 from flows.config import GenerateConfig
 from flows.generate import run_generate
 from tasks.generate import generate_candidates

@@ -107,3 +107,25 @@ def test_profile_reward_reports_histogram_classes_and_samples(tmp_path) -> None:
     for failure in ("ambiguous_answer", "no_answer", "verifier_error"):
         assert f"| {failure} | 1 |" in report
     assert "\\|" in report, "a | inside a sample must not break the table"
+
+
+def test_score_and_profile_replay_workplace_trajectories(tmp_path) -> None:
+    from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
+    from verifiers.workplace import trajectory_from_calls
+
+    tools = load_tools(env_paths("workplace")[1])
+    task = seed_task(load_seeds(env_paths("workplace")[0], tools)[0], tools)
+    gold = trajectory_from_calls(task.reference.calls)
+    rows = [{"task": task.model_dump(mode="json"), "completion": gold},  # a message list
+            {"task": task.model_dump(mode="json"), "completion": json.dumps(gold[:1])},  # its JSON text
+            {"task": task.model_dump(mode="json"), "completion": 42}]
+    src = tmp_path / "rollouts.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = runner.invoke(app, ["score", "--verifier", "workplace", "--input", str(src), "--output", str(tmp_path / "s.jsonl")])
+    assert result.exit_code == 2 and "rollouts.jsonl:3" in result.output
+    scored = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [s["verdict"]["reward"] for s in scored] == [1.0, 0.0]
+    assert scored[0]["verdict"]["verifier_version"] and scored[1]["verdict"]["failure_class"] == "incomplete"
+    result = runner.invoke(app, ["profile-reward", "--verifier", "workplace", "--input", str(src)])
+    report = (tmp_path / "rollouts.profile.md").read_text()
+    assert "| incomplete | 1 |" in report and "tool_calls" in report

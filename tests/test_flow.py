@@ -121,7 +121,7 @@ def test_failing_quality_suite_fails_the_run_and_publishes_nothing(tmp_path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env", ["math", "cli"])
+@pytest.mark.parametrize("env", ["math", "cli", "workplace", "code"])
 def test_flow_publishes_other_envs(tmp_path, env: str) -> None:
     summary = _run(tmp_path, env, env=env, n=80)
     manifest = read_manifest(Path(summary["version_dir"]))

@@ -85,6 +85,28 @@ def test_other_env_seeds_are_valid_and_vary(env: str) -> None:
     assert len({json.loads(r["task"])["reference"]["answer"] for r in rows}) > 100, "samplers must vary the answers"
 
 
+@pytest.mark.parametrize("env", ["workplace", "code"])
+def test_workplace_and_code_seeds_are_valid_and_vary(env: str) -> None:
+    from tasks.generate import generate_candidates
+    from tasks.seeds import env_paths, load_tools
+    from tasks.validate import validate_rows
+
+    seeds_path, tools_path = env_paths(env)
+    tools = load_tools(tools_path) if tools_path.is_file() else {}
+    seeds = load_seeds(seeds_path, tools)
+    assert len(seeds) >= 20 and len({s.category for s in seeds}) >= 4
+    for seed in seeds:
+        assert check_row(task_row(seed_task(seed, tools), 0)) is None, seed.id
+    rows, _ = generate_candidates(range(120), seeds, tools, run_seed=4)
+    kept, rejects = validate_rows(rows)  # the reference scores 1.0: replayed (workplace) or run in the sandbox (code)
+    assert len(kept) == 120 and not rejects
+    refs = [json.loads(r["task"])["reference"] for r in rows]
+    varied = {json.dumps(r["final_state"] if env == "workplace" else [r["answer"], r["tests"]], sort_keys=True) for r in refs}
+    assert len(varied) > 80, "samplers must vary the states and tests"
+    again, _ = generate_candidates(range(120), seeds, tools, run_seed=4)
+    assert again == rows, "same seed, same tasks"
+
+
 def test_seed_env_rules(tmp_path) -> None:
     path = tmp_path / "math.jsonl"
     path.write_text(json.dumps({"id": "a", "category": "c", "templates": ["{x}?"], "slots": {"x": "int"},

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import cli_server
 
+from conftest import cli_server
 from schemas import Task
 from tasks.agent import HTTPEnv, LocalEnv, OpenAIChatPolicy, PolicyReply, parse_action, run_episode
 from tasks.generate import candidate
