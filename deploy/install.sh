@@ -7,6 +7,14 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 pip_q() { "$@" -q 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+# The code verifier's sandbox runs candidates under bubblewrap (Debian's package), with util-linux's prlimit/setpriv.
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }
+  else
+    echo "warning: the code sandbox needs bubblewrap: run 'sudo apt-get install bubblewrap'" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip_q .venv/bin/pip install torch==2.13.0
 pip_q .venv/bin/pip install -c constraints.txt -e ".[dev]"
