@@ -11,8 +11,13 @@ import json
 import os
 import sys
 
+RESERVE = [bytearray(8 << 20)]  # freed when the candidate runs out of memory, so the report can still be written
+
 
 def describe(err):
+    if isinstance(err, MemoryError):
+        RESERVE.clear()
+    err.__traceback__ = None  # frees the candidate's frames (a memory bomb's data) before anything is allocated
     return {"type": type(err).__name__, "errno": getattr(err, "errno", None), "message": str(err)[:300]}
 
 
@@ -54,6 +59,8 @@ def main():
             dumps(value, allow_nan=False)
         except BaseException as err:
             emit({"event": "test", "i": i, "error": describe(err)})
+            if isinstance(err, MemoryError):
+                break  # the process's memory is spent: the remaining tests count as failed
             continue
         emit({"event": "test", "i": i, "value": value})
     try:
