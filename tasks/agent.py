@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from schemas import Task, Verdict
-from verifiers.workplace import Session, score_session
+from verifiers.workplace import Session, call_arguments, score_session
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
@@ -122,16 +122,6 @@ class HTTPEnv:
         return Verdict.model_validate(self._post("/verify", {"session_id": session_id, "close": True}))
 
 
-def _arguments(call: dict[str, Any]) -> Any:
-    raw = call.get("function", {}).get("arguments", {})
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return raw
-    return raw
-
-
 def run_episode(policy: Policy, env: Env, task: Task, max_steps: int = 8, max_tokens: int = 2048) -> Episode:
     session_id = env.seed(task)
     messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in task.messages]
@@ -148,7 +138,7 @@ def run_episode(policy: Policy, env: Env, task: Task, max_steps: int = 8, max_to
         messages.append({"role": "assistant", "content": None, "tool_calls": calls})
         for call in calls:
             name = call.get("function", {}).get("name", "")
-            observation = env.call(session_id, name, _arguments(call))
+            observation = env.call(session_id, name, call_arguments(call))
             messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
                              "content": json.dumps(observation)})
         if tokens >= max_tokens:
@@ -202,7 +192,7 @@ def as_text_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) ->
         elif m["role"] == "tool":
             out.append({"role": "user", "content": f"Result of {m.get('name', 'tool')}: {m.get('content')}"})
         elif m.get("tool_calls"):
-            calls = [{"tool": c["function"]["name"], "args": _arguments(c)} for c in m["tool_calls"]]
+            calls = [{"tool": c["function"]["name"], "args": call_arguments(c)} for c in m["tool_calls"]]
             out.append({"role": "assistant", "content": json.dumps(calls[0] if len(calls) == 1 else calls)})
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})

@@ -85,7 +85,7 @@ def test_64_concurrent_sessions_over_http_do_not_leak(env_server, wp_catalog) ->
     tasks = [candidate(k, seeds, tools, 5)[0] for k in range(64)]
     barrier = threading.Barrier(64)
 
-    def one(i: int) -> tuple[dict, dict, dict]:
+    def one(i: int) -> tuple[dict, dict]:
         env = HTTPEnv(env_server)
         task = tasks[i]
         session_id = env.seed(task)
@@ -94,11 +94,11 @@ def test_64_concurrent_sessions_over_http_do_not_leak(env_server, wp_catalog) ->
             env.call(session_id, call.tool, call.args)
         state = env.client.get(f"/sessions/{session_id}/state").json()
         barrier.wait(timeout=60)  # and still open while the others act
-        return state, env.verify(session_id).model_dump(), {}
+        return state, env.verify(session_id).model_dump()
 
     with ThreadPoolExecutor(64) as pool:
         results = list(pool.map(one, range(64)))
-    for i, (state, verdict, _) in enumerate(results):
+    for i, (state, verdict) in enumerate(results):
         local = workplace.Session.seeded(tasks[i])
         for call in _session_plan(i, tasks[i]):
             local.call(call.tool, call.args)

@@ -19,11 +19,10 @@ from __future__ import annotations
 import errno
 import math
 import re
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from schemas import Task, Verdict
-from verifiers.common import as_task, as_text, guarded_verify
+from verifiers.common import batch_rewards, guarded_verify
 from verifiers.sandbox import Limits, RunResult, run_code
 
 NAME = "code"
@@ -115,9 +114,4 @@ def verify(task: Task, completion: str) -> Verdict:
 
 def code_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
     """TRL reward function; sandboxes of one batch run in parallel (each is its own process)."""
-    def one(pair: tuple[Any, Any]) -> float | None:
-        t = as_task(pair[1])
-        return verify(t, as_text(pair[0])).reward if t.env == NAME else None
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(one, zip(completions, task, strict=True)))
+    return batch_rewards(NAME, verify, completions, task, workers=8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from schemas import Task, Verdict
@@ -23,15 +24,24 @@ def as_text(completion: Any) -> str:
     return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
 
 
-def batch_rewards(env: str, verify: Callable[[Task, str], Verdict], completions: list[Any],
-                  tasks: list[Any]) -> list[float | None]:
+def batch_rewards(env: str, verify: Callable[[Task, str], Verdict], completions: list[Any], tasks: list[Any], *,
+                  applies: Callable[[Task], bool] | None = None, text: Callable[[Any], str] = as_text,
+                  workers: int = 1) -> list[float | None]:
     """TRL's reward-function contract: one float per completion, None where the verifier does not apply
-    (another env) or could not score (valid=False)."""
-    rewards: list[float | None] = []
-    for completion, raw in zip(completions, tasks, strict=True):
-        task = as_task(raw)
-        rewards.append(verify(task, as_text(completion)).reward if task.env == env else None)
-    return rewards
+    (another env, unless ``applies`` says otherwise) or could not score (valid=False). ``text`` turns TRL's
+    completion into the verifier's input; ``workers`` > 1 verifies in threads (for verifiers that wait on
+    subprocesses or servers), keeping the order."""
+    def one(pair: tuple[Any, Any]) -> float | None:
+        task = as_task(pair[1])
+        if not (applies(task) if applies else task.env == env):
+            return None
+        return verify(task, text(pair[0])).reward
+
+    pairs = list(zip(completions, tasks, strict=True))
+    if workers <= 1:
+        return [one(p) for p in pairs]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, pairs))
 
 
 def guarded_verify(name: str, version: str, score: Callable[[Task, str], Verdict], task: Task,

@@ -23,7 +23,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import Task, Verdict
-from verifiers.common import as_task, as_text, guarded_verify
+from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "judge"
 VERSION = "1.0.0"
@@ -122,9 +122,4 @@ def verify(task: Task, completion: str) -> Verdict:
 
 def judge_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
     """TRL reward function; None where the judge does not apply or failed."""
-    rewards: list[float | None] = []
-    for completion, raw in zip(completions, task, strict=True):
-        t = as_task(raw)
-        applies = t.env == NAME or t.reference.rubric is not None
-        rewards.append(verify(t, as_text(completion)).reward if applies else None)
-    return rewards
+    return batch_rewards(NAME, verify, completions, task, applies=lambda t: t.env == NAME or t.reference.rubric is not None)

@@ -28,7 +28,7 @@ from typing import Any
 import fastjsonschema
 
 from schemas import Task, ToolCall, Verdict, canonical_json
-from verifiers.common import as_task, guarded_verify
+from verifiers.common import batch_rewards, guarded_verify
 from verifiers.tool_call import normalize, unsafe_reasons, validator_for
 from verifiers.workplace_tools import TOOLS, ToolError
 
@@ -93,14 +93,20 @@ def trajectory_calls(completion: str | list[Any]) -> list[tuple[str, Any]]:
             fn = tc.get("function") if isinstance(tc, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                 raise FormatError("every tool call needs function.name")
-            args = fn.get("arguments", {})
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args) if args.strip() else {}
-                except ValueError:
-                    args = args  # not JSON: the session reports it as an error observation, as during the rollout
-            calls.append((fn["name"], args))
+            calls.append((fn["name"], call_arguments(tc)))
     return calls
+
+
+def call_arguments(tool_call: dict[str, Any]) -> Any:
+    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is:
+    the session reports it as an error observation, as it did during the rollout."""
+    raw = tool_call.get("function", {}).get("arguments", {})
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return raw
 
 
 def trajectory_from_calls(calls: tuple[ToolCall, ...] | list[ToolCall], final_text: str = "Done.") -> list[dict[str, Any]]:
@@ -164,8 +170,4 @@ def verify(task: Task, completion: str) -> Verdict:
 
 def workplace_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
     """TRL reward function: completions are trajectories (message lists or their JSON)."""
-    rewards: list[float | None] = []
-    for completion, raw in zip(completions, task, strict=True):
-        t = as_task(raw)
-        rewards.append(guarded_verify(NAME, VERSION, replay, t, completion).reward if t.env == NAME else None)
-    return rewards
+    return batch_rewards(NAME, verify, completions, task, text=lambda c: c if isinstance(c, str) else json.dumps(c))
