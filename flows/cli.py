@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -59,6 +60,25 @@ def _progress() -> Progress:
                     console=err, transient=False)
 
 
+def _with_progress(run: Callable[[], Any]) -> Any:
+    """Run a flow with a rich progress bar per stage (flows report through flows.runtime.progress)."""
+    from flows.runtime import set_progress
+
+    with _progress() as bar:
+        ids: dict[str, Any] = {}
+
+        def show(stage: str, done: int, total: int) -> None:
+            if stage not in ids:
+                ids[stage] = bar.add_task(stage, total=total)
+            bar.update(ids[stage], completed=done, total=total)
+
+        set_progress(show)
+        try:
+            return run()
+        finally:
+            set_progress(None)
+
+
 @app.command()
 def generate(
     env: str = typer.Option("tool_call", help="Environment whose seeds to vary (datasets/seeds/ENV.jsonl)."),
@@ -82,7 +102,6 @@ def generate(
     """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
     from flows.config import GenerateConfig
     from flows.generate import run_generate
-    from flows.runtime import set_progress
     from flows.stages import load_env
 
     try:
@@ -95,20 +114,9 @@ def generate(
         for p in config.parents:
             if not (Path(p) / "manifest.json").is_file():
                 raise ValueError(f"--parent {p} is not a published version folder (no manifest.json)")
-        with _progress() as bar:
-            ids: dict[str, Any] = {}
-
-            def show(stage: str, done: int, total: int) -> None:
-                if stage not in ids:
-                    ids[stage] = bar.add_task(stage, total=total)
-                bar.update(ids[stage], completed=done, total=total)
-
-            set_progress(show)
-            summary = run_generate(config)
+        summary = _with_progress(lambda: run_generate(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
-    finally:
-        set_progress(None)
     c = summary["counts"]
     err.print(f"train {c['train']}, held-out {c['heldout']}, rejected {c['rejected']} of {c['candidates']} candidates; "
               f"reasons: {summary['reject_reasons']}", highlight=False)
@@ -194,6 +202,61 @@ def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[s
                              "verifier_version": v.verifier_version}
         out.append(record)
     return out, bad, len(rows)
+
+
+@app.command("eval")
+def eval_(
+    dataset: Path = typer.Option(..., help="A published dataset version folder (OUT/NAME/VERSION)."),
+    split: str = typer.Option("heldout", help="heldout | train"),
+    out: Path = typer.Option(..., help="Output folder: report.json, report.md + PNG plots, rollouts.parquet."),
+    model: str = typer.Option(None, help="Checkpoint folder (transformers, vllm) or served model name (openai); "
+                                         "default: the embedded SmolLM2-135M-Instruct."),
+    backend: str = typer.Option("transformers", help="transformers | vllm | openai"),
+    base_url: str = typer.Option(None, help="openai backend: base URL, e.g. http://127.0.0.1:8000/v1 "
+                                            "(API key from $OPENAI_API_KEY)."),
+    samples: int = typer.Option(1, help="Samples per task (k of pass@k)."),
+    limit: int = typer.Option(None, help="Evaluate only the first N tasks (ordered by task id)."),
+    seed: int = typer.Option(0, help="Run seed: every rollout's seed derives from it."),
+    batch_size: int = typer.Option(16, help="Rollouts per batch (the unit of resumption)."),
+    temperature: float = typer.Option(0.7, help="Sampling temperature (0: greedy)."),
+    top_p: float = typer.Option(0.95, help="Nucleus sampling."),
+    max_tokens: int = typer.Option(128, help="Max new tokens per reply (per step in agent episodes)."),
+    max_steps: int = typer.Option(6, help="Agent episodes (workplace): max policy turns."),
+    concurrency: int = typer.Option(4, help="openai backend: requests in flight."),
+    native_tools: bool = typer.Option(False, help="openai backend: send tools as OpenAI `tools` (server-side parsing)."),
+    success_threshold: float = typer.Option(1.0, help="A rollout succeeds when its reward reaches this."),
+    sft_below_valid: float = typer.Option(0.5, help="Decision: valid-output rate below this -> SFT first."),
+    rl_min_pass_at_k: float = typer.Option(0.02, help="Decision: pass@k below this -> SFT first."),
+    done_at_pass_at_1: float = typer.Option(0.9, help="Decision: pass@1 at or above this -> done."),
+    price_in: float = typer.Option(0.0, help="Cost estimate: USD per 1M prompt tokens."),
+    price_out: float = typer.Option(0.0, help="Cost estimate: USD per 1M completion tokens."),
+) -> None:
+    """Evaluate a policy on a published split: metrics with 95% CIs, failure buckets, the SFT/RL/done decision."""
+    from flows.config import EvalConfig
+    from flows.eval import run_eval
+    from schemas import Thresholds
+
+    try:
+        config = EvalConfig(
+            dataset=str(dataset), split=split, out=str(out), model=model, backend=backend, base_url=base_url,
+            samples=samples, limit=limit, seed=seed, batch_size=batch_size, temperature=temperature, top_p=top_p,
+            max_tokens=max_tokens, max_steps=max_steps, concurrency=concurrency, native_tools=native_tools,
+            success_threshold=success_threshold, price_in=price_in, price_out=price_out,
+            thresholds=Thresholds(sft_below_valid=sft_below_valid, rl_min_pass_at_k=rl_min_pass_at_k,
+                                  done_at_pass_at_1=done_at_pass_at_1))
+        summary = _with_progress(lambda: run_eval(config))
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(_one_line(exc))
+    m = summary["metrics"]
+    for name in ("valid_output_rate", "correct_tool_rate", "correct_args_rate", "unsafe_action_rate", "pass@1",
+                 f"pass@{samples}", "mean_reward", "latency_p95_s"):
+        v = m.get(name, {})
+        if v.get("value") is not None:
+            err.print(f"{name:>20} {v['value']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}]", highlight=False)
+    b = summary["batches"]
+    err.print(f"batches: {b['run']} run, {b['reused']} reused of {b['total']}", highlight=False)
+    err.print(f"decision: {summary['decision'].upper()}: {summary['reason']}", highlight=False)
+    typer.echo(summary["report"])
 
 
 @app.command()

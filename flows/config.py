@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas import Thresholds
 from tasks.seeds import SEEDS_DIR
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
@@ -55,3 +56,44 @@ class GenerateConfig(BaseModel):
     @property
     def cache_path(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else Path(self.out) / ".cache"
+
+
+class EvalConfig(BaseModel):
+    """``flywheel eval``: a policy on one split of a published dataset version."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset: str = Field(min_length=1, description="a published version folder (has manifest.json)")
+    split: Literal["heldout", "train"] = "heldout"
+    out: str = Field(min_length=1)
+    model: str | None = None  # checkpoint folder (transformers, vllm) or served model name (openai); None: embedded
+    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    base_url: str | None = None
+    samples: int = Field(default=1, ge=1, le=256)
+    limit: int | None = Field(default=None, ge=1)
+    seed: int = Field(default=0, ge=0)
+    batch_size: int = Field(default=16, ge=1, le=4096)
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=128, ge=1, le=8192)
+    max_steps: int = Field(default=6, ge=1, le=64)
+    concurrency: int = Field(default=4, ge=1, le=256)
+    native_tools: bool = False
+    success_threshold: float = Field(default=1.0, gt=-1.0, le=1.0)
+    thresholds: Thresholds = Thresholds()
+    bootstrap: int = Field(default=1000, ge=100, le=100_000)
+    price_in: float = Field(default=0.0, ge=0.0, description="USD per 1M prompt tokens")
+    price_out: float = Field(default=0.0, ge=0.0, description="USD per 1M completion tokens")
+
+    @model_validator(mode="after")
+    def _check(self) -> EvalConfig:
+        if self.backend == "openai" and not (self.base_url and self.model):
+            raise ValueError("backend 'openai' needs --base-url (e.g. http://127.0.0.1:8000/v1) and --model")
+        if self.backend != "openai" and self.base_url:
+            raise ValueError("--base-url only applies to --backend openai")
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError("--samples > 1 needs --temperature > 0: greedy samples are all the same")
+        if not (Path(self.dataset) / "manifest.json").is_file():
+            raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
+                             "pass OUT/NAME/VERSION as printed by `flywheel generate`")
+        return self

@@ -33,7 +33,7 @@ from flows.runtime import (
 )
 from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, sketch
 from tasks.generate import generate_candidates, reject_row
-from tasks.paraphrase import OpenAIParaphraser, Paraphraser, TransformersParaphraser, VLLMParaphraser
+from tasks.paraphrase import make_paraphraser
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from tasks.validate import validate_rows
 
@@ -77,14 +77,6 @@ def _result(kept: list[dict] | pl.DataFrame, rejected: list[dict], path: Path, s
         "seconds": time.perf_counter() - start,
         "work_seconds": work,
     }
-
-
-def make_paraphraser(backend: str, model: str | None, base_url: str | None) -> Paraphraser:
-    if backend == "transformers":
-        return TransformersParaphraser(model)
-    if backend == "vllm":
-        return VLLMParaphraser(model)
-    return OpenAIParaphraser(base_url or "", model or "")
 
 
 def _generate_part(ks: range, seeds: list, tools: dict, run_seed: int, part_dir: str) -> tuple[str, list]:

@@ -1,5 +1,6 @@
-"""Records shared by every stage (see records.py and seeds.py)."""
+"""Records shared by every stage (see records.py, seeds.py and evaluation.py)."""
 
+from schemas.evaluation import Decision, EvalReport, FailureBucket, FailureExample, Metric, TaskPass, Thresholds
 from schemas.records import (
     CodeTest,
     DatasetManifest,
@@ -18,6 +19,7 @@ from schemas.records import (
 from schemas.seeds import SeedTask
 
 __all__ = [
-    "CodeTest", "DatasetManifest", "Message", "Reference", "Rollout", "SafetyRule", "SeedTask", "Task", "TaskMeta",
+    "CodeTest", "DatasetManifest", "Decision", "EvalReport", "FailureBucket", "FailureExample", "Metric", "TaskPass",
+    "Thresholds", "Message", "Reference", "Rollout", "SafetyRule", "SeedTask", "Task", "TaskMeta",
     "ToolCall", "ToolSpec", "Verdict", "canonical_json", "sha256_text",
 ]

@@ -13,16 +13,14 @@ Contract:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 
 from schemas import Task, Verdict
-from verifiers.workplace import Session, call_arguments, score_session
-
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+from tasks.policy import Backend, Generation, Request, Sampling, batch_seed, call_arguments, parse_action
+from verifiers.workplace import Session, score_session
 
 
 @dataclass(frozen=True)
@@ -50,23 +48,6 @@ class Episode:
     steps: int
     completion_tokens: int
     stop_reason: str  # answer | max_steps | max_tokens
-
-
-def parse_action(text: str | None) -> list[dict[str, Any]] | None:
-    """Tool calls written as text ({"tool", "args"} objects), in OpenAI's tool_calls shape; None for plain text."""
-    if not text:
-        return None
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    try:
-        value = json.loads(fenced.group(1) if fenced else body)
-    except ValueError:
-        return None
-    items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(v, dict) and isinstance(v.get("tool"), str) for v in items):
-        return None
-    return [{"id": f"call_{i}", "type": "function", "function": {"name": v["tool"], "arguments": json.dumps(v.get("args", {}))}}
-            for i, v in enumerate(items)]
 
 
 def openai_tools(task: Task) -> list[dict[str, Any]]:
@@ -148,54 +129,17 @@ def run_episode(policy: Policy, env: Env, task: Task, max_steps: int = 8, max_to
 
 
 @dataclass
-class OpenAIChatPolicy:
-    """A policy behind any OpenAI-compatible chat endpoint. ``native_tools=False`` renders the tools into the
-    system prompt and tool results as user turns, for models without native tool calling (the embedded one)."""
+class BackendPolicy:
+    """A policy backend (tasks.policy) as the agent's policy: step i of an episode is sampled with seed
+    H(seed, i), so an episode is reproducible. ``generations`` keeps every step's record (latency, tokens)."""
 
-    base_url: str
-    model: str
+    backend: Backend
+    sampling: Sampling
     seed: int = 0
-    temperature: float = 0.0
-    max_tokens: int = 128
-    native_tools: bool = False
-    timeout_s: float = 120.0
-    client: httpx.Client = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.client = httpx.Client(base_url=self.base_url.rstrip("/"), timeout=self.timeout_s)
+    generations: list[Generation] = field(default_factory=list)
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> PolicyReply:
-        body: dict[str, Any] = {"model": self.model, "seed": self.seed, "temperature": self.temperature,
-                                "max_tokens": self.max_tokens}
-        if self.native_tools:
-            body |= {"messages": messages, "tools": tools}
-        else:
-            body["messages"] = as_text_chat(messages, tools)
-        response = self.client.post("/chat/completions", json=body)
-        if response.status_code >= 400:
-            raise RuntimeError(f"policy endpoint: HTTP {response.status_code}: {response.text[:300]}")
-        data = response.json()
-        message = data["choices"][0]["message"]
-        return PolicyReply(message.get("content"), message.get("tool_calls"), data.get("usage", {}).get("completion_tokens", 0))
-
-
-def as_text_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """A tool-calling conversation as plain chat turns (tool list in the system turn, results as user turns)."""
-    catalog = "\n".join(f"- {t['function']['name']}: {t['function']['description']} args schema: "
-                        f"{json.dumps(t['function']['parameters'])}" for t in tools)
-    howto = ('To call a tool answer with only {"tool": "<name>", "args": {...}}. '
-             "When you are done, answer in plain text.\nTools:\n" + catalog)
-    out: list[dict[str, str]] = []
-    for m in messages:
-        if m["role"] == "system":
-            out.append({"role": "system", "content": f"{m.get('content') or ''}\n{howto}"})
-        elif m["role"] == "tool":
-            out.append({"role": "user", "content": f"Result of {m.get('name', 'tool')}: {m.get('content')}"})
-        elif m.get("tool_calls"):
-            calls = [{"tool": c["function"]["name"], "args": call_arguments(c)} for c in m["tool_calls"]]
-            out.append({"role": "assistant", "content": json.dumps(calls[0] if len(calls) == 1 else calls)})
-        else:
-            out.append({"role": m["role"], "content": m.get("content") or ""})
-    if not any(m["role"] == "system" for m in out):
-        out.insert(0, {"role": "system", "content": howto})
-    return out
+        step_seed = batch_seed([self.seed, len(self.generations)])
+        gen = self.backend.generate([Request(messages, tools, step_seed, agent=True)], self.sampling)[0]
+        self.generations.append(gen)
+        return PolicyReply(gen.text, gen.tool_calls, gen.completion_tokens)

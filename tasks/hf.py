@@ -24,8 +24,11 @@ class HFChatModel:
     def __init__(self, model_ref: str | None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
         from tasks.models import resolve_model
+
+        hf_logging.disable_progress_bar()  # "Loading weights" bars would break the CLI's progress display
 
         self.path = resolve_model(model_ref)
         self.torch = torch

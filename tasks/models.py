@@ -7,6 +7,7 @@ checkpoint in the cache folder (atomically: a crash leaves no half checkpoint).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -68,3 +69,15 @@ def resolve_model(ref: str | None) -> Path:
         raise ValueError(f"--model {ref!r} is not a local checkpoint folder (no config.json); "
                          "pass a folder saved with save_pretrained, or omit --model for the embedded model")
     return path
+
+
+def fingerprint(path: Path) -> str:
+    """sha256 over a checkpoint folder's files (relative names and contents): the model's identity in reports."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        h.update(str(f.relative_to(path)).encode() + b"\0")
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from pydantic import ValidationError
 
 from schemas import DatasetManifest
 
@@ -76,4 +77,9 @@ def read_manifest(version_dir: Path) -> DatasetManifest:
     path = version_dir / "manifest.json"
     if not path.is_file():
         raise ValueError(f"{version_dir} is not a published dataset version (no manifest.json)")
-    return DatasetManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    try:
+        return DatasetManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as err:
+        e = err.errors()[0]
+        raise ValueError(f"{path} is not a dataset manifest ({'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}); "
+                         "republish the version with `flywheel generate`") from None

@@ -14,7 +14,7 @@ from conftest import free_port
 from flows.config import GenerateConfig
 from flows.generate import run_generate
 from tasks.generate import generate_candidates
-from tasks.paraphrase import OpenAIParaphraser, TransformersParaphraser
+from tasks.paraphrase import make_paraphraser
 from tasks.publish import read_manifest
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def _check_rows(rows, rejects, generator: str) -> None:
 
 def test_transformers_backend_is_seeded_and_checked(catalog) -> None:
     tools, seeds = catalog
-    para = TransformersParaphraser(None)
+    para = make_paraphraser("transformers", None, None)
     first = generate_candidates(range(8), seeds, tools, 1, para)
     assert generate_candidates(range(8), seeds, tools, 1, para) == first
     _check_rows(*first, "transformers")
@@ -49,7 +49,7 @@ def test_flow_with_transformers_backend(tmp_path, prefect_api) -> None:
 def test_openai_backend_against_a_real_local_server(model_server, catalog) -> None:
     server = model_server
     tools, seeds = catalog
-    para = OpenAIParaphraser(server, "smol", concurrency=2)
+    para = make_paraphraser("openai", "smol", server, concurrency=2)
     first = generate_candidates(range(8), seeds, tools, 2, para)
     assert generate_candidates(range(8), seeds, tools, 2, para) == first  # per-request seeds
     _check_rows(*first, "openai")
@@ -59,7 +59,7 @@ def test_openai_backend_against_a_real_local_server(model_server, catalog) -> No
 
 @pytest.mark.server
 def test_openai_backend_retries_then_names_the_failure() -> None:
-    para = OpenAIParaphraser(f"http://127.0.0.1:{free_port()}/v1", "m", retries=1, timeout_s=2)
+    para = make_paraphraser("openai", "m", f"http://127.0.0.1:{free_port()}/v1", retries=1, timeout_s=2)
     with pytest.raises(RuntimeError, match="failed after 2 tries"):
         para.paraphrase(["hello"], [1])
 

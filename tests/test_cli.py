@@ -13,7 +13,7 @@ from tasks.seeds import seed_task
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("command", ["generate", "score", "dedupe", "serve", "profile-reward"])
+@pytest.mark.parametrize("command", ["generate", "eval", "score", "dedupe", "serve", "profile-reward"])
 def test_help(command: str) -> None:
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.output

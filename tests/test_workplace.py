@@ -12,8 +12,9 @@ import pytest
 
 from conftest import cli_server
 from schemas import Task
-from tasks.agent import HTTPEnv, LocalEnv, OpenAIChatPolicy, PolicyReply, parse_action, run_episode
+from tasks.agent import BackendPolicy, HTTPEnv, LocalEnv, PolicyReply, run_episode
 from tasks.generate import candidate
+from tasks.policy import OpenAIBackend, Sampling, parse_action
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from verifiers import workplace
 
@@ -149,7 +150,7 @@ def test_bad_tool_calls_are_observations_not_errors(env_server, wp_catalog) -> N
 def test_embedded_model_drives_an_episode_through_both_servers(model_server, env_server, wp_catalog) -> None:
     tools, seeds = wp_catalog
     task = seed_task(seeds[0], tools)
-    policy = OpenAIChatPolicy(model_server, "smol", seed=3, max_tokens=64)
+    policy = BackendPolicy(OpenAIBackend(model_server, "smol"), Sampling(temperature=0.0, max_tokens=64), seed=3)
     episode = run_episode(policy, HTTPEnv(env_server), task, max_steps=3)
     assert episode.verdict.valid and episode.completion_tokens > 0
     assert episode.stop_reason in {"answer", "max_steps", "max_tokens"}

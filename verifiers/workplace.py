@@ -28,6 +28,7 @@ from typing import Any
 import fastjsonschema
 
 from schemas import Task, ToolCall, Verdict, canonical_json
+from tasks.policy import call_arguments
 from verifiers.common import batch_rewards, guarded_verify
 from verifiers.tool_call import normalize, unsafe_reasons, validator_for
 from verifiers.workplace_tools import TOOLS, ToolError
@@ -95,18 +96,6 @@ def trajectory_calls(completion: str | list[Any]) -> list[tuple[str, Any]]:
                 raise FormatError("every tool call needs function.name")
             calls.append((fn["name"], call_arguments(tc)))
     return calls
-
-
-def call_arguments(tool_call: dict[str, Any]) -> Any:
-    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is:
-    the session reports it as an error observation, as it did during the rollout."""
-    raw = tool_call.get("function", {}).get("arguments", {})
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        return raw
 
 
 def trajectory_from_calls(calls: tuple[ToolCall, ...] | list[ToolCall], final_text: str = "Done.") -> list[dict[str, Any]]:

@@ -11,13 +11,14 @@ import sys
 
 def main() -> None:
     from tasks.generate import generate_candidates
-    from tasks.paraphrase import VLLMParaphraser
+    from tasks.paraphrase import BackendParaphraser
+    from tasks.policy import VLLMBackend
     from tasks.seeds import env_paths, load_seeds, load_tools
 
     seeds_path, tools_path = env_paths("tool_call")
     tools = load_tools(tools_path)
     seeds = load_seeds(seeds_path, tools)
-    para = VLLMParaphraser(sys.argv[1])
+    para = BackendParaphraser(VLLMBackend(sys.argv[1]))
     first = generate_candidates(range(8), seeds, tools, 3, para)
     second = generate_candidates(range(8), seeds, tools, 3, para)
     print("RESULT " + json.dumps({"rows": first[0], "rejects": first[1], "same": first == second}))

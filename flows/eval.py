@@ -1,0 +1,150 @@
+"""The baseline evaluation flow: a policy on a published split, k samples per task, scored by the task's
+verifier, in batches, into per-rollout parquet and an EvalReport (JSON + markdown with plots + Prefect artifact).
+
+Contract: ``run_eval(config)`` runs the Prefect flow ``baseline-eval`` and returns a summary (report path,
+decision, metrics). Each batch lands in OUT/batches/ as its own parquet file, named by a hash of everything its
+rows depend on (dataset content, split, model files, backend, sampling, seeds, verifier and code versions), and
+written atomically: a crashed run leaves finished batches usable, and the rerun computes only missing batches.
+Same config, model and machine -> same rollouts and the same numbers (latency aside).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.config import EvalConfig
+from flows.runtime import chunks, code_version, progress, write_rows
+from schemas import EvalReport, Task
+from tasks.metrics import buckets, decide, per_task, summarize, task_pass
+from tasks.models import fingerprint
+from tasks.policy import Backend, Sampling, make_backend
+from tasks.publish import read_manifest
+from tasks.report import markdown, plots
+from tasks.rollouts import ROLLOUT_SCHEMA, plan, run_batch
+from verifiers import get_verifier
+
+
+def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any]]:
+    """The split's tasks ordered by id (stable, spread over tools), cut to --limit; their tool labels."""
+    version = Path(config.dataset)
+    manifest = read_manifest(version)
+    path = version / f"{config.split}.parquet"
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: the dataset version is incomplete; republish it")
+    frame = pl.read_parquet(path, columns=["id", "tool", "task"]).sort("id")
+    if config.limit:
+        frame = frame.head(config.limit)
+    if frame.height == 0:
+        raise ValueError(f"split {config.split!r} of {version} has no tasks")
+    tasks = [Task.model_validate_json(t) for t in frame["task"]]
+    info = {"name": manifest.name, "version": manifest.version, "content_hash": manifest.content_hash,
+            "env": manifest.env, "path": str(version.resolve())}
+    return tasks, frame["tool"].to_list(), info
+
+
+def model_info(config: EvalConfig, backend: Backend) -> dict[str, Any]:
+    local = config.backend != "openai"
+    return {"ref": config.model or "embedded", "backend": config.backend, "model_id": backend.model_id,
+            "hash": fingerprint(Path(backend.model_id)) if local else None}
+
+
+def _key(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@task(name="eval-batch", cache_policy=NO_CACHE)
+def eval_batch(backend: Backend, items: list[tuple[Task, str, int, int]], sampling: Sampling, config: EvalConfig,
+               path: str) -> int:
+    rows = run_batch(backend, items, sampling, config.success_threshold, config.max_steps, config.concurrency)
+    write_rows(rows, Path(path), ROLLOUT_SCHEMA)
+    return len(rows)
+
+
+def make_report(config: EvalConfig, frame: pl.DataFrame, dataset: dict[str, Any], model: dict[str, Any],
+                verifiers: dict[str, str], batch_counts: dict[str, int], timings: dict[str, float]) -> EvalReport:
+    k, prices = config.samples, (config.price_in, config.price_out)
+    metrics = summarize(frame, k, config.bootstrap, config.seed, prices)
+    groups = {col: {v: summarize(frame.filter(pl.col(col) == v), k, config.bootstrap, config.seed, prices)
+                    for v in sorted(frame[col].unique().to_list())} for col in ("env", "tool")}
+    table = per_task(frame)
+    return EvalReport(
+        dataset=dataset, split=config.split, model=model, seed=config.seed, samples=k,
+        sampling={"temperature": config.temperature, "top_p": config.top_p, "max_tokens": config.max_tokens,
+                  "max_steps": config.max_steps, "batch_size": config.batch_size},
+        success_threshold=config.success_threshold, verifiers=verifiers, n_tasks=table.height,
+        n_rollouts=frame.height, metrics=metrics, per_env=groups["env"], per_tool=groups["tool"],
+        failure_buckets=buckets(frame), decision=decide(metrics, k, config.thresholds), task_pass=task_pass(table),
+        files={"rollouts": "rollouts.parquet", "per_task": "per_task.parquet", "report_md": "report.md"},
+        batches=batch_counts, timings=timings, code_version=code_version(),
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_outputs(out: Path, report: EvalReport, frame: pl.DataFrame) -> EvalReport:
+    write_rows(frame, out / "rollouts.parquet", ROLLOUT_SCHEMA)
+    per_task(frame).write_parquet(out / ".per_task.tmp")
+    os.replace(out / ".per_task.tmp", out / "per_task.parquet")
+    report = report.model_copy(update={"files": {**report.files, **plots(report, frame, out)}})
+    _write_text(out / "report.md", markdown(report))
+    _write_text(out / "report.json", report.model_dump_json(indent=2) + "\n")  # last: its presence means complete
+    return report
+
+
+@flow(name="baseline-eval")
+def eval_policy(config: EvalConfig) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    out = Path(config.out)
+    tasks, tools, dataset = load_split(config)
+    (out / "batches").mkdir(parents=True, exist_ok=True)
+    backend = make_backend(config.backend, config.model, config.base_url, batch_size=min(config.batch_size, 16),
+                           concurrency=config.concurrency, native_tools=config.native_tools,
+                           api_key=os.environ.get("OPENAI_API_KEY"))
+    t_load = time.perf_counter() - t0
+    model = model_info(config, backend)
+    sampling = Sampling(config.temperature, config.top_p, config.max_tokens)
+    verifiers = {env: get_verifier(env).VERSION for env in sorted({t.env for t in tasks})}
+    identity = {"dataset": dataset["content_hash"], "split": config.split, "model": model, "sampling": sampling.__dict__,
+                "max_steps": config.max_steps, "threshold": config.success_threshold, "native": config.native_tools,
+                "batch": config.batch_size, "verifiers": verifiers, "code": code_version()}
+    batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
+    paths, counts = [], {"total": len(batches), "reused": 0, "run": 0}
+    for i, batch in enumerate(batches):
+        path = out / "batches" / f"{i:05d}-{_key([identity, batch])[:16]}.parquet"
+        paths.append(path)
+        if path.is_file():
+            counts["reused"] += 1
+        else:
+            eval_batch(backend, [(tasks[t], tools[t], s, seed) for t, s, seed in batch], sampling, config, str(path))
+            counts["run"] += 1
+        progress("eval", i + 1, len(batches))
+    frame = pl.concat([pl.read_parquet(p) for p in paths])
+    t_gen = time.perf_counter() - t0 - t_load
+    report = make_report(config, frame, dataset, model, verifiers, counts,
+                         {"load_s": round(t_load, 3), "rollouts_s": round(t_gen, 3)})
+    report = write_outputs(out, report, frame)
+    key = "".join(c if c.isalnum() else "-" for c in f"eval-{dataset['name']}-{config.split}".lower())
+    create_markdown_artifact(key=key, markdown=markdown(report), description="baseline evaluation report")
+    return {"report": str(out / "report.json"), "decision": report.decision.action, "reason": report.decision.reason,
+            "metrics": {k: v.model_dump() for k, v in report.metrics.items()}, "batches": counts,
+            "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def run_eval(config: EvalConfig) -> dict[str, Any]:
+    """Check the dataset before any flow run starts (a bad folder is one clear error), then run the flow."""
+    load_split(config)
+    return eval_policy(config)

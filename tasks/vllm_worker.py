@@ -1,0 +1,92 @@
+"""vLLM in its own virtual environment, driven from the flow's process over a pipe.
+
+vLLM's CPU build needs its own torch/transformers set (DESIGN.md), so on this kind of machine it lives in
+.venv-vllm. ``VLLMWorker`` starts ``python -m tasks.vllm_worker CHECKPOINT`` there; the worker holds one
+``vllm.LLM`` (``tasks.policy.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
+Protocol: the worker prints ``READY`` once loaded; each request line is ``{"requests": [...], "sampling": {...}}``
+and each answer line ``{"generations": [...]}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
+stderr, which the parent keeps in a log file for error messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from tasks.policy import Generation, Request, Sampling, VLLMBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def vllm_python() -> Path:
+    return Path(os.environ.get("FLYWHEEL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+
+
+class VLLMWorker:
+    name = "vllm"
+
+    def __init__(self, checkpoint: str, start_timeout_s: float = 900.0) -> None:
+        python = vllm_python()
+        if not python.exists():
+            raise RuntimeError(f"backend 'vllm' needs vLLM: not importable here and {python} is missing; "
+                               "run `bash deploy/install.sh --with-vllm` (or set FLYWHEEL_VLLM_PYTHON)")
+        self.model_id = checkpoint
+        self.log = tempfile.NamedTemporaryFile(prefix="flywheel-vllm-", suffix=".log", delete=False)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CONFIGURE_LOGGING": "1"}
+        self.proc = subprocess.Popen([str(python), "-m", "tasks.vllm_worker", checkpoint], cwd=ROOT, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        if self._line() != "READY":
+            raise RuntimeError(f"the vLLM worker did not start: {self._tail()}")
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            raise RuntimeError(f"the vLLM worker exited ({self.proc.returncode}): {self._tail()}")
+        return line.strip()
+
+    def _tail(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")[-1500:]
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+        assert self.proc.stdin is not None
+        payload = {"requests": [r.__dict__ for r in requests], "sampling": sampling.__dict__}
+        self.proc.stdin.write(json.dumps(payload) + "\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self._line())
+        if "error" in reply:
+            raise RuntimeError(f"vLLM worker: {reply['error']}")
+        return [Generation(**g) for g in reply["generations"]]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # vLLM's own prints must not mix with the protocol
+    backend = VLLMBackend(sys.argv[1])
+    out.write("READY\n")
+    for line in sys.stdin:
+        try:
+            job = json.loads(line)
+            gens = backend.generate([Request(**r) for r in job["requests"]], Sampling(**job["sampling"]))
+            out.write(json.dumps({"generations": [g.as_dict() for g in gens]}) + "\n")
+        except Exception as err:  # reported to the parent, which raises it with this message
+            out.write(json.dumps({"error": f"{type(err).__name__}: {err}"}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
