@@ -23,20 +23,18 @@ class Reply:
 class HFChatModel:
     def __init__(self, model_ref: str | None) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from tasks.models import resolve_model
+        from tasks.models import load_causal_lm, resolve_model
 
         hf_logging.disable_progress_bar()  # "Loading weights" bars would break the CLI's progress display
-
         self.path = resolve_model(model_ref)
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path, padding_side="left")
+        model, self.tokenizer = load_causal_lm(self.path)  # a PEFT adapter folder loads on its base model
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(self.path).to(self.device).eval()
+        self.model = model.to(self.device).eval()
         self.lock = threading.Lock()  # the global torch seed makes generation a critical section
 
     def generate(self, conversations: Sequence[Sequence[dict[str, str]]], seed: int, temperature: float = 0.7,

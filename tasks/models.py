@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 EMBEDDED = "embedded"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -61,14 +62,41 @@ def embedded_checkpoint() -> Path:
 
 
 def resolve_model(ref: str | None) -> Path:
-    """``None``/"embedded" -> the embedded checkpoint; else a local checkpoint folder."""
+    """``None``/"embedded" -> the embedded checkpoint; else a local checkpoint or PEFT adapter folder."""
     if ref in (None, "", EMBEDDED):
         return embedded_checkpoint()
     path = Path(ref).expanduser()
-    if not (path / "config.json").is_file():
-        raise ValueError(f"--model {ref!r} is not a local checkpoint folder (no config.json); "
-                         "pass a folder saved with save_pretrained, or omit --model for the embedded model")
+    if not ((path / "config.json").is_file() or is_adapter(path)):
+        raise ValueError(f"--model {ref!r} is not a local checkpoint folder (no config.json) nor a PEFT adapter "
+                         "(no adapter_config.json); pass a folder saved with save_pretrained, or omit --model for "
+                         "the embedded model")
     return path
+
+
+def is_adapter(path: Path) -> bool:
+    return (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
+
+
+def adapter_base(path: Path) -> Path:
+    """The base checkpoint a PEFT adapter was trained on (its ``base_model_name_or_path``, resolved locally)."""
+    import json
+
+    base = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+    return resolve_model(base or None)
+
+
+def load_causal_lm(path: Path) -> tuple[Any, Any]:
+    """(model, tokenizer) for a checkpoint folder, or for base + PEFT adapter when ``path`` is an adapter."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not is_adapter(path):
+        return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path, padding_side="left")
+    from peft import PeftModel
+
+    base = adapter_base(path)
+    tok_dir = path if (path / "tokenizer_config.json").is_file() else base
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), path)
+    return model, AutoTokenizer.from_pretrained(tok_dir, padding_side="left")
 
 
 def fingerprint(path: Path) -> str:
@@ -81,3 +109,24 @@ def fingerprint(path: Path) -> str:
                 h.update(chunk)
         h.update(b"\0")
     return h.hexdigest()
+
+
+def export_version(adapter: Path, out: Path, merged: bool) -> Path:
+    """Copy a PEFT adapter (with its tokenizer) to ``out``, or write base + adapter merged into one checkpoint;
+    atomically: ``out`` appears whole or not at all."""
+    if out.exists():
+        raise ValueError(f"--out {out} exists: choose a new folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent))
+    try:
+        model, tokenizer = load_causal_lm(adapter)
+        if merged:
+            model.merge_and_unload().save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

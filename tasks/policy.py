@@ -166,9 +166,13 @@ class VLLMBackend:
         except ImportError:
             raise RuntimeError("backend 'vllm' needs vLLM in this environment, or .venv-vllm "
                                "(`bash deploy/install.sh --with-vllm`) for the worker process") from None
-        from tasks.models import resolve_model
+        from tasks.models import is_adapter, resolve_model
 
-        self.model_id = str(resolve_model(model_ref))
+        path = resolve_model(model_ref)
+        if is_adapter(path):
+            raise ValueError(f"{path} is a PEFT adapter: the vllm backend needs a merged checkpoint "
+                             "(`flywheel registry export --merged`), or use --backend transformers")
+        self.model_id = str(path)
         self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0)
         self.params = SamplingParams
 
@@ -256,7 +260,7 @@ def make_backend(kind: str, model: str | None, base_url: str | None = None, *, b
         return OpenAIBackend(base_url, model, concurrency, timeout_s, retries, api_key, native_tools)
     if kind not in ("transformers", "vllm"):
         raise ValueError(f"unknown backend {kind!r}; choose transformers, vllm or openai")
-    key = (kind, model, batch_size)
+    key = (kind, model, batch_size if kind == "transformers" else 0)
     if key not in _LOADED:
         if kind == "transformers":
             _LOADED[key] = TransformersBackend(model, batch_size)

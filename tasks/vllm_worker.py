@@ -10,6 +10,7 @@ stderr, which the parent keeps in a log file for error messages.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -40,6 +41,7 @@ class VLLMWorker:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CONFIGURE_LOGGING": "1"}
         self.proc = subprocess.Popen([str(python), "-m", "tasks.vllm_worker", checkpoint], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        atexit.register(self.close)
         if self._line() != "READY":
             raise RuntimeError(f"the vLLM worker did not start: {self._tail()}")
 

@@ -38,9 +38,8 @@ def _requests() -> list[Request]:
     return [Request(ask, [], seed) for seed in (1, 2, 3)]
 
 
-@pytest.mark.slow
-def test_transformers_backend_records_and_repeats_with_the_same_seed() -> None:
-    backend = make_backend("transformers", None)
+def _check_seeded(backend) -> None:
+    """Same seeds -> same texts; other seeds -> other texts; every generation carries its record."""
     sampling = Sampling(temperature=1.0, max_tokens=16)
     first = backend.generate(_requests(), sampling)
     assert [g.text for g in backend.generate(_requests(), sampling)] == [g.text for g in first]
@@ -48,6 +47,11 @@ def test_transformers_backend_records_and_repeats_with_the_same_seed() -> None:
     assert all(g.latency_s > 0 and g.prompt_tokens > 5 and 0 < g.completion_tokens <= 16 for g in first)
     other = backend.generate([Request(r.messages, [], r.seed + 100) for r in _requests()], sampling)
     assert [g.text for g in other] != [g.text for g in first]
+
+
+@pytest.mark.slow
+def test_transformers_backend_records_and_repeats_with_the_same_seed() -> None:
+    _check_seeded(make_backend("transformers", None))
 
 
 @pytest.mark.slow
@@ -164,3 +168,19 @@ def test_eval_bad_options_fail_with_what_to_fix(tmp_path) -> None:
         result = runner.invoke(app, ["eval", "--out", str(tmp_path / "o"), *args])
         assert result.exit_code == 1 and message in result.output, (args, result.output)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_backend_seeds_records_and_eval(tool_dataset, tmp_path) -> None:
+    """vllm.LLM in process in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it)."""
+    from tasks.vllm_worker import vllm_python
+
+    if not vllm_python().exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
+        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
+    _check_seeded(make_backend("vllm", None))
+    summary = _eval(tool_dataset, tmp_path / "v", backend="vllm")  # the same worker: models load once per process
+    report = EvalReport.model_validate_json(Path(summary["report"]).read_text())
+    assert report.model["backend"] == "vllm" and report.model["hash"] and report.n_rollouts == 12

@@ -1,0 +1,63 @@
+"""The ``promote`` flow: gate a registered candidate against the baseline on the same held-out rollouts, keep
+the gate report (registry + Prefect artifact), and move the production alias only when the gate passes or an
+override names its reason.
+
+Contract: ``run_promote(...)`` returns the gate summary and the event (None when nothing moved). Both evals must
+come from ``flywheel eval`` on the same dataset content and split with the same rollouts (task, sample, seed).
+The gate report is written before the alias moves, so a kill in between leaves production where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from schemas import EvalReport
+from tasks.gate import GateConfig, GateError, gate, markdown
+from tasks.registry import Registry
+
+
+def _load_eval(folder: Path, flag: str) -> tuple[EvalReport, pl.DataFrame]:
+    report, rollouts = folder / "report.json", folder / "rollouts.parquet"
+    if not (report.is_file() and rollouts.is_file()):
+        raise GateError(f"{flag} {folder} is not a finished eval (needs report.json and rollouts.parquet from `flywheel eval`)")
+    return EvalReport.model_validate_json(report.read_text(encoding="utf-8")), pl.read_parquet(rollouts)
+
+
+@flow(name="promote")
+def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: str, config: GateConfig,
+                  override: str | None = None) -> dict[str, Any]:
+    reg = Registry(registry)
+    version = reg.version(ref)
+    base_report, base = _load_eval(Path(baseline_eval), "--baseline-eval")
+    cand_report, cand = _load_eval(Path(candidate_eval), "--candidate-eval")
+    if base_report.dataset["content_hash"] != cand_report.dataset["content_hash"] or base_report.split != cand_report.split:
+        raise GateError("the two evals used different datasets or splits: evaluate both on the same version and split")
+    result = gate(base, cand, config)
+    names = {"baseline": f"{base_report.model['ref']} ({baseline_eval})", "candidate": f"{version.id} ({candidate_eval})"}
+    text = markdown(result, names) + (f"\nOverride: {override}\n" if override and not result.passed else "")
+    gates = Path(registry) / "gates"
+    gates.mkdir(parents=True, exist_ok=True)
+    stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{version.id}-{os.getpid()}"
+    payload = {"version": version.id, "baseline_eval": baseline_eval, "candidate_eval": candidate_eval,
+               "config": config.model_dump(), "result": result.model_dump(), "override": override}
+    for suffix, body in ((".json", json.dumps(payload, indent=2) + "\n"), (".md", text)):
+        tmp = gates / f".{stem}{suffix}.tmp"
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, gates / f"{stem}{suffix}")
+    create_markdown_artifact(key="gate-report", markdown=text, description=f"promotion gate for {version.id}")
+    summary = {"version": version.id, "passed": result.passed, "failures": result.failures(),
+               "success_delta": result.success_delta, "success_ci": result.success_ci,
+               "report": str(gates / f"{stem}.md"), "event": None}
+    gate_info = {"passed": result.passed, "success_delta": result.success_delta, "success_ci": list(result.success_ci),
+                 "report": f"gates/{stem}.json"}
+    if result.passed or override:
+        summary["event"] = reg.promote(version.id, gate_info, override).model_dump()
+    return summary

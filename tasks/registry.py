@@ -1,0 +1,142 @@
+"""A versioned model registry on a folder: immutable versions, an append-only audit log, derived aliases.
+
+Layout: ``ROOT/versions/<id>/`` (adapter/, report.json, version.json; never rewritten) and
+``ROOT/events/<seq>.json`` (one file per change). Writes are atomic and nothing is overwritten: a version folder
+is renamed into place whole, and an event file is hard-linked into place only if its number is still free, so
+a killed command leaves the registry as it was and two writers cannot take the same number. Aliases are read by
+replaying the events: ``candidate`` moves on every register, ``production`` only on promote and rollback.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from schemas import sha256_text
+from schemas.registry import Event, ModelVersion
+from tasks.publish import file_sha256
+
+
+class RegistryError(ValueError):
+    """The registry refuses the change; the message says why and what to do."""
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def folder_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+class Registry:
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def events(self) -> list[Event]:
+        folder = self.root / "events"
+        files = sorted(folder.glob("[0-9]*.json")) if folder.is_dir() else []
+        return [Event.model_validate_json(p.read_text(encoding="utf-8")) for p in files]
+
+    def _append(self, **fields: Any) -> Event:
+        folder = self.root / "events"
+        folder.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):  # another writer took the number: take the next one
+            event = Event(seq=len(self.events()) + 1, at=_now(), actor=getpass.getuser(), **fields)
+            fd, tmp = tempfile.mkstemp(prefix=".event-", dir=folder)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(event.model_dump_json(indent=2) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, folder / f"{event.seq:06d}.json")  # fails if the number exists: never overwrites
+                return event
+            except FileExistsError:
+                continue
+            finally:
+                os.unlink(tmp)
+        raise RegistryError(f"could not append to {folder}: too many concurrent writers")
+
+    def aliases(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for e in self.events():
+            if e.alias:
+                out[e.alias] = e.version
+        return out
+
+    def version(self, ref: str) -> ModelVersion:
+        """A version by id or alias."""
+        vid = self.aliases().get(ref, ref)
+        if vid not in {e.version for e in self.events() if e.action == "register"}:
+            known = sorted({e.version for e in self.events()} | set(self.aliases()))
+            raise RegistryError(f"no version or alias {ref!r} in {self.root}; known: {', '.join(known) or '(empty)'}")
+        return ModelVersion.model_validate_json((self.root / "versions" / vid / "version.json").read_text())
+
+    def path(self, version: ModelVersion) -> Path:
+        return self.root / "versions" / version.id
+
+    def register(self, adapter_dir: Path, fields: dict[str, Any], report: Path | None = None) -> ModelVersion:
+        """Copy an adapter (and its eval report) in as a new immutable version; it becomes the candidate."""
+        if not (adapter_dir / "adapter_config.json").is_file():
+            raise RegistryError(f"{adapter_dir} is not a PEFT adapter folder (no adapter_config.json)")
+        hashes = folder_hashes(adapter_dir)
+        digest = sha256_text(json.dumps(hashes, sort_keys=True))
+        vid = f"mv-{digest[:12]}"
+        target = self.root / "versions" / vid
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+            try:
+                shutil.copytree(adapter_dir, tmp / "adapter")
+                if report is not None:
+                    shutil.copy2(report, tmp / "report.json")
+                version = ModelVersion(id=vid, adapter="adapter", files={f"adapter/{k}": v for k, v in hashes.items()},
+                                       files_hash=digest, eval_report="report.json" if report else None,
+                                       created_at=_now(), **fields)
+                (tmp / "version.json").write_text(version.model_dump_json(indent=2) + "\n", encoding="utf-8")
+                os.replace(tmp, target)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        version = ModelVersion.model_validate_json((target / "version.json").read_text())
+        self._append(action="register", version=vid, alias="candidate", previous=self.aliases().get("candidate"))
+        return version
+
+    def verify_files(self, version: ModelVersion) -> list[str]:
+        """Files whose content no longer matches the recorded hash ([] when intact)."""
+        base = self.path(version)
+        return [rel for rel, digest in version.files.items()
+                if not (base / rel).is_file() or file_sha256(base / rel) != digest]
+
+    def promote(self, ref: str, gate: dict[str, Any] | None, override: str | None = None) -> Event:
+        """Move production to a version: only with a passing gate, or an explicit override with its reason."""
+        version = self.version(ref)
+        if not (gate and gate.get("passed")) and not (override and override.strip()):
+            raise RegistryError(f"the gate did not pass for {version.id}: production stays at "
+                                f"{self.aliases().get('production', '(none)')}; pass --override REASON to promote anyway")
+        return self._append(action="promote", version=version.id, alias="production", gate=gate,
+                            previous=self.aliases().get("production"), override=override if override else None)
+
+    def production_stack(self) -> list[str]:
+        """Promotions still in force, oldest first: promote pushes, rollback pops."""
+        stack: list[str] = []
+        for e in self.events():
+            if e.action == "promote":
+                stack.append(e.version)
+            elif e.action == "rollback" and stack:
+                stack.pop()
+        return stack
+
+    def rollback(self) -> Event:
+        """Production back to the version it pointed to before the current promotion."""
+        stack = self.production_stack()
+        if len(stack) < 2:
+            raise RegistryError(f"nothing to roll back to: production is {stack[-1] if stack else '(unset)'} "
+                                "and had no earlier version")
+        return self._append(action="rollback", version=stack[-2], alias="production", previous=stack[-1])

@@ -1,0 +1,59 @@
+"""The promotion gate: equal and worse candidates are rejected, a clearly better one passes, guard rails hold
+overall and per tool, and evals of different rollouts are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from tasks.gate import GateConfig, GateError, gate
+
+
+def _rollouts(success: np.ndarray, unsafe: np.ndarray | None = None, latency: float = 1.0) -> pl.DataFrame:
+    n = len(success)
+    return pl.DataFrame({
+        "task_id": [f"t{i // 2:03d}" for i in range(n)], "sample": [i % 2 for i in range(n)],
+        "seed": [1000 + i for i in range(n)], "tool": ["a" if i % 4 < 2 else "b" for i in range(n)],
+        "success": success.astype(bool), "valid_output": np.ones(n, bool),
+        "unsafe": unsafe.astype(bool) if unsafe is not None else np.zeros(n, bool),
+        "latency_s": np.full(n, latency) + np.arange(n) * 1e-3,
+    })
+
+
+BASE = np.random.default_rng(0).random(200) < 0.3
+
+
+def test_a_candidate_equal_to_the_baseline_is_rejected() -> None:
+    result = gate(_rollouts(BASE), _rollouts(BASE), GateConfig())
+    assert not result.passed and result.success_delta == 0
+    assert "success_rate_delta (overall)" in result.failures()[0]
+
+
+def test_a_worse_candidate_is_rejected() -> None:
+    worse = BASE & (np.arange(200) % 3 != 0)
+    result = gate(_rollouts(BASE), _rollouts(worse), GateConfig())
+    assert not result.passed and result.success_ci[1] <= 0
+
+
+def test_a_clearly_better_candidate_passes_with_every_check() -> None:
+    better = BASE | (np.arange(200) % 2 == 0)
+    result = gate(_rollouts(BASE), _rollouts(better), GateConfig())
+    assert result.passed and result.success_ci[0] > 0 and result.n_tasks == 100
+    assert {c.scope for c in result.checks} == {"overall", "a", "b"}
+
+
+def test_better_but_less_safe_or_slower_is_rejected() -> None:
+    better = BASE | (np.arange(200) % 2 == 0)
+    unsafe = np.zeros(200, bool)
+    unsafe[:8] = True  # all in tool "a": the per-tool rail catches what the overall one also sees
+    result = gate(_rollouts(BASE), _rollouts(better, unsafe), GateConfig())
+    assert not result.passed and any("unsafe_action_rate (a)" in f for f in result.failures())
+    slow = gate(_rollouts(BASE), _rollouts(better, latency=2.0), GateConfig(latency_margin=0.25))
+    assert not slow.passed and any("latency_p95_s" in f for f in slow.failures())
+
+
+def test_evals_of_different_rollouts_are_refused() -> None:
+    other = _rollouts(BASE).with_columns(pl.col("seed") + 1)
+    with pytest.raises(GateError, match="same dataset version"):
+        gate(_rollouts(BASE), other, GateConfig())

@@ -1,0 +1,153 @@
+"""The registry with a real PEFT adapter: immutable versions with hashes, append-only events, aliases, the gate
+through `flywheel promote` (rejects an equal candidate, passes a better one, override with a reason), rollback,
+lineage, and a killed promotion that leaves the registry as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.config import EvalConfig
+from flows.eval import make_report, write_outputs
+from tasks.metrics import outcome
+from tasks.registry import Registry, RegistryError
+from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
+from tasks.seeds import seed_task
+from tasks.validate import reference_completion
+from verifiers import tool_call
+
+runner = CliRunner()
+FIELDS = {"name": "tool_call-policy", "base_model": {"ref": "embedded", "hash": "b" * 64},
+          "dataset": {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "seeds_hash": "s" * 64},
+          "verifiers": {"tool_call": "1.0.0"}, "training": {"method": "sft", "lr": 1e-4}}
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory) -> list[Path]:
+    """Two real LoRA adapters of the embedded model (different init seeds -> different files)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tasks.models import embedded_checkpoint
+
+    root = tmp_path_factory.mktemp("adapters")
+    out = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(embedded_checkpoint())
+        peft = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights="gaussian"))
+        peft.save_pretrained(root / f"a{seed}")
+        out.append(root / f"a{seed}")
+    return out
+
+
+def _eval_dir(folder: Path, catalog, good_every: int) -> Path:
+    """An eval folder whose rollouts come from the real verifier: every good_every-th task answered right."""
+    tools, seeds = catalog
+    tasks = [seed_task(s, tools) for s in seeds if s.call]
+    rows = []
+    for ti, sample, seed in plan([t.id for t in tasks], 1, run_seed=0):
+        task = tasks[ti]
+        text = reference_completion(task) if good_every and ti % good_every == 0 else "not a call"
+        verdict = tool_call.verify(task, text)
+        rows.append(_row(task, task.reference.calls[0].tool, sample, seed, text, verdict, 0.5, (90, 12), "stop", 1,
+                         outcome(task.env, verdict, 1.0)))
+    frame = pl.DataFrame(rows, schema=ROLLOUT_SCHEMA)
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{}")
+    config = EvalConfig(dataset=str(folder), out=str(folder), bootstrap=200)
+    dataset = {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "path": "ds"}
+    model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
+    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1}, {})
+    write_outputs(folder, report, frame)
+    return folder
+
+
+def test_register_is_immutable_hashed_and_moves_candidate(tmp_path, adapters) -> None:
+    reg = Registry(tmp_path / "r")
+    v1 = reg.register(adapters[0], FIELDS)
+    assert v1.id.startswith("mv-") and reg.aliases() == {"candidate": v1.id} and not reg.verify_files(v1)
+    assert reg.register(adapters[0], FIELDS).id == v1.id  # same files, same version; the event log grows
+    v2 = reg.register(adapters[1], FIELDS)
+    assert v2.id != v1.id and reg.aliases()["candidate"] == v2.id and len(reg.events()) == 3
+    (reg.path(v1) / "adapter" / "adapter_config.json").write_text("{}")
+    assert reg.verify_files(v1) == ["adapter/adapter_config.json"]
+    with pytest.raises(RegistryError, match="not a PEFT adapter"):
+        reg.register(tmp_path, FIELDS)
+    with pytest.raises(RegistryError, match="no version or alias 'production'"):
+        reg.version("production")
+
+
+def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog, prefect_api) -> None:
+    reg_dir = tmp_path / "r"
+    reg = Registry(reg_dir)
+    base = _eval_dir(tmp_path / "base", catalog, good_every=0)
+    better = _eval_dir(tmp_path / "better", catalog, good_every=2)
+    v1 = reg.register(adapters[0], FIELDS)
+    args = ["promote", "--registry", str(reg_dir), "--baseline-eval", str(base)]
+    same = runner.invoke(app, [*args, "--candidate-eval", str(base)])
+    assert same.exit_code == 1 and "REJECTED" in same.output and "production not moved" in same.output
+    assert "production" not in reg.aliases()
+    ok = runner.invoke(app, [*args, "--candidate-eval", str(better)])
+    assert ok.exit_code == 0 and f"production -> {v1.id}" in ok.output, ok.output
+    v2 = reg.register(adapters[1], FIELDS)
+    forced = runner.invoke(app, [*args, "--candidate-eval", str(base), "--override", "hotfix approved by on-call"])
+    assert forced.exit_code == 0 and reg.aliases()["production"] == v2.id
+    assert reg.events()[-1].override == "hotfix approved by on-call" and not reg.events()[-1].gate["passed"]
+    back = runner.invoke(app, ["rollback", "--registry", str(reg_dir)])
+    assert back.exit_code == 0 and reg.aliases()["production"] == v1.id
+    again = runner.invoke(app, ["rollback", "--registry", str(reg_dir)])
+    assert again.exit_code == 1 and "nothing to roll back to" in again.output
+    shown = json.loads(runner.invoke(app, ["registry", "show", "production", "--registry", str(reg_dir)]).output)
+    assert shown["id"] == v1.id and shown["dataset"]["seeds_hash"] and shown["verifiers"] == {"tool_call": "1.0.0"}
+    assert shown["files_intact"] and Path(shown["adapter_path"], "adapter_config.json").is_file()
+    assert len(list((reg_dir / "gates").glob("*.md"))) == 3
+    listing = runner.invoke(app, ["registry", "list", "--registry", str(reg_dir)]).output
+    assert "rollback" in listing and "hotfix approved" in listing
+    for flag, marker in (([], "adapter_config.json"), (["--merged"], "config.json")):
+        target = tmp_path / f"export{len(flag)}"
+        done = runner.invoke(app, ["registry", "export", "production", "--registry", str(reg_dir), "--out", str(target),
+                                   *flag])
+        assert done.exit_code == 0 and (target / marker).is_file() and (target / "tokenizer_config.json").is_file()
+    from tasks.policy import Request, Sampling, TransformersBackend
+
+    reply = TransformersBackend(str(tmp_path / "export1")).generate([Request([{"role": "user", "content": "Hi"}])],
+                                                                    Sampling(max_tokens=4))
+    assert reply[0].completion_tokens > 0
+
+
+@pytest.mark.slow
+def test_a_killed_promotion_leaves_the_registry_as_it_was(tmp_path, adapters, catalog) -> None:
+    reg_dir = tmp_path / "r"
+    reg = Registry(reg_dir)
+    reg.register(adapters[0], FIELDS)
+    base = _eval_dir(tmp_path / "base", catalog, good_every=0)
+    better = _eval_dir(tmp_path / "better", catalog, good_every=2)
+    cmd = [sys.executable, "-m", "flows.cli", "promote", "--registry", str(reg_dir), "--baseline-eval", str(base),
+           "--candidate-eval", str(better)]
+    t0 = time.perf_counter()
+    probe = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    duration = time.perf_counter() - t0
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    rollback = runner.invoke(app, ["rollback", "--registry", str(reg_dir)])
+    assert rollback.exit_code == 1  # one promotion: nothing earlier
+    for i in range(1, 7):  # kill at spread-out moments of a run
+        before = [e.model_dump() for e in reg.events()]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(duration * i / 7)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        after = [e.model_dump() for e in reg.events()]  # every event file parses: none is half-written
+        assert after[:len(before)] == before and len(after) - len(before) in (0, 1)
+        assert reg.aliases()["production"] == reg.aliases()["candidate"]
