@@ -10,6 +10,7 @@ Run: .venv/bin/python bench/generation_throughput.py [N] [T] [R] [backend ...]  
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -51,20 +52,22 @@ def measure(kind: str, reqs: list[Request], sampling: Sampling, repeats: int) ->
     tokens = sum(g.completion_tokens for g in gens)
     return {"load_s": round(load_s, 2), "wall_s": round(wall, 2), "completion_tokens": tokens,
             "prompt_tokens": sum(g.prompt_tokens for g in gens), "tokens_per_s": round(tokens / wall, 1),
-            "rollouts_per_s": round(len(gens) / wall, 3), "texts_sha_prefix": hash(tuple(g.text for g in gens)) % 10**8}
+            "rollouts_per_s": round(len(gens) / wall, 3), "repeats": repeats,
+            "texts_sha256": hashlib.sha256(json.dumps([g.text for g in gens]).encode()).hexdigest()[:16]}
 
 
 def main() -> None:
     n, t, r = (int(a) for a in (sys.argv[1:4] + ["64", "64", "2"][len(sys.argv[1:4]):]))
     kinds = sys.argv[4:] or ["transformers", "vllm"]
     reqs, sampling = requests(n), Sampling(temperature=0.7, top_p=0.95, max_tokens=t)
-    results = {kind: measure(kind, reqs, sampling, r) for kind in kinds}
+    out = Path(__file__).with_name("generation_result.json")
+    earlier = json.loads(out.read_text())["results"] if out.is_file() else {}
+    results = {**earlier, **{kind: measure(kind, reqs, sampling, r) for kind in kinds}}  # a rerun of one backend keeps the other
     record = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-              "command": f"python bench/generation_throughput.py {n} {t} {r} {' '.join(kinds)}",
+              "command": f"python bench/generation_throughput.py {n} {t} {r} BACKEND (each backend run on an idle machine)",
               "model": "embedded SmolLM2-135M-Instruct (fp32 safetensors)", "requests": n, "max_tokens": t,
               "results": results}
     print(json.dumps(record, indent=2))
-    out = Path(__file__).with_name("generation_result.json")
     out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 

@@ -248,8 +248,8 @@ def eval_(
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
     m = summary["metrics"]
-    for name in ("valid_output_rate", "correct_tool_rate", "correct_args_rate", "unsafe_action_rate", "pass@1",
-                 f"pass@{samples}", "mean_reward", "latency_p95_s"):
+    for name in dict.fromkeys(("valid_output_rate", "correct_tool_rate", "correct_args_rate", "unsafe_action_rate",
+                               "pass@1", f"pass@{samples}", "mean_reward", "latency_p95_s")):
         v = m.get(name, {})
         if v.get("value") is not None:
             err.print(f"{name:>20} {v['value']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}]", highlight=False)

@@ -20,6 +20,7 @@ from flows.cli import app
 from flows.config import EvalConfig
 from flows.eval import make_report, write_outputs
 from tasks.metrics import outcome
+from tasks.policy import Request, Sampling, TransformersBackend
 from tasks.registry import Registry, RegistryError
 from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
 from tasks.seeds import seed_task
@@ -115,13 +116,18 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     assert len(list((reg_dir / "gates").glob("*.md"))) == 3
     listing = runner.invoke(app, ["registry", "list", "--registry", str(reg_dir)]).output
     assert "rollback" in listing and "hotfix approved" in listing
+
+
+@pytest.mark.slow
+def test_export_gives_what_a_serving_stack_loads(tmp_path, adapters) -> None:
+    reg_dir = tmp_path / "r"
+    v1 = Registry(reg_dir).register(adapters[0], FIELDS)
     for flag, marker in (([], "adapter_config.json"), (["--merged"], "config.json")):
         target = tmp_path / f"export{len(flag)}"
-        done = runner.invoke(app, ["registry", "export", "production", "--registry", str(reg_dir), "--out", str(target),
-                                   *flag])
+        done = runner.invoke(app, ["registry", "export", v1.id, "--registry", str(reg_dir), "--out", str(target), *flag])
         assert done.exit_code == 0 and (target / marker).is_file() and (target / "tokenizer_config.json").is_file()
-    from tasks.policy import Request, Sampling, TransformersBackend
-
+    again = runner.invoke(app, ["registry", "export", v1.id, "--registry", str(reg_dir), "--out", str(target)])
+    assert again.exit_code == 1 and "exists" in again.output
     reply = TransformersBackend(str(tmp_path / "export1")).generate([Request([{"role": "user", "content": "Hi"}])],
                                                                     Sampling(max_tokens=4))
     assert reply[0].completion_tokens > 0
