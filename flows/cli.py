@@ -136,10 +136,9 @@ def _read_jsonl(path: Path) -> list[tuple[int, str]]:
 
 
 def _write_jsonl_atomic(path: Path, lines: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    os.replace(tmp, path)
+    from flows.runtime import write_text_atomic
+
+    write_text_atomic(path, "".join(lines))
 
 
 def _report_bad(bad: list[str], total: int) -> None:

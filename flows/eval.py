@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import EvalConfig
-from flows.runtime import chunks, code_version, progress, write_rows
-from schemas import EvalReport, Task
+from flows.runtime import chunks, code_version, progress, write_rows, write_text_atomic
+from schemas import DatasetManifest, EvalReport, Task
 from tasks.metrics import buckets, decide, per_task, summarize, task_pass
 from tasks.models import fingerprint
 from tasks.policy import Backend, Sampling, make_backend
@@ -34,13 +35,20 @@ from tasks.rollouts import ROLLOUT_SCHEMA, plan, run_batch
 from verifiers import get_verifier
 
 
-def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any]]:
-    """The split's tasks ordered by id (stable, spread over tools), cut to --limit; their tool labels."""
+def split_file(config: EvalConfig) -> tuple[Path, DatasetManifest]:
+    """The split's parquet file and the version's manifest; a bad folder is one clear error."""
     version = Path(config.dataset)
     manifest = read_manifest(version)
     path = version / f"{config.split}.parquet"
     if not path.is_file():
         raise ValueError(f"{path} is missing: the dataset version is incomplete; republish it")
+    return path, manifest
+
+
+def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any]]:
+    """The split's tasks ordered by id (stable, spread over tools), cut to --limit; their tool labels."""
+    version = Path(config.dataset)
+    path, manifest = split_file(config)
     frame = pl.read_parquet(path, columns=["id", "tool", "task"]).sort("id")
     if config.limit:
         frame = frame.head(config.limit)
@@ -89,19 +97,13 @@ def make_report(config: EvalConfig, frame: pl.DataFrame, dataset: dict[str, Any]
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_outputs(out: Path, report: EvalReport, frame: pl.DataFrame) -> EvalReport:
     write_rows(frame, out / "rollouts.parquet", ROLLOUT_SCHEMA)
-    per_task(frame).write_parquet(out / ".per_task.tmp")
-    os.replace(out / ".per_task.tmp", out / "per_task.parquet")
+    table = per_task(frame)
+    write_rows(table, out / "per_task.parquet", dict(table.schema))
     report = report.model_copy(update={"files": {**report.files, **plots(report, frame, out)}})
-    _write_text(out / "report.md", markdown(report))
-    _write_text(out / "report.json", report.model_dump_json(indent=2) + "\n")  # last: its presence means complete
+    write_text_atomic(out / "report.md", markdown(report))
+    write_text_atomic(out / "report.json", report.model_dump_json(indent=2) + "\n")  # last: its presence means complete
     return report
 
 
@@ -118,7 +120,7 @@ def eval_policy(config: EvalConfig) -> dict[str, Any]:
     model = model_info(config, backend)
     sampling = Sampling(config.temperature, config.top_p, config.max_tokens)
     verifiers = {env: get_verifier(env).VERSION for env in sorted({t.env for t in tasks})}
-    identity = {"dataset": dataset["content_hash"], "split": config.split, "model": model, "sampling": sampling.__dict__,
+    identity = {"dataset": dataset["content_hash"], "split": config.split, "model": model, "sampling": asdict(sampling),
                 "max_steps": config.max_steps, "threshold": config.success_threshold, "native": config.native_tools,
                 "batch": config.batch_size, "verifiers": verifiers, "code": code_version()}
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
@@ -146,5 +148,5 @@ def eval_policy(config: EvalConfig) -> dict[str, Any]:
 
 def run_eval(config: EvalConfig) -> dict[str, Any]:
     """Check the dataset before any flow run starts (a bad folder is one clear error), then run the flow."""
-    load_split(config)
+    split_file(config)
     return eval_policy(config)

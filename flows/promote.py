@@ -19,6 +19,7 @@ import polars as pl
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from flows.runtime import write_text_atomic
 from schemas import EvalReport
 from tasks.gate import GateConfig, GateError, gate, markdown
 from tasks.registry import Registry
@@ -44,14 +45,11 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     names = {"baseline": f"{base_report.model['ref']} ({baseline_eval})", "candidate": f"{version.id} ({candidate_eval})"}
     text = markdown(result, names) + (f"\nOverride: {override}\n" if override and not result.passed else "")
     gates = Path(registry) / "gates"
-    gates.mkdir(parents=True, exist_ok=True)
     stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{version.id}-{os.getpid()}"
     payload = {"version": version.id, "baseline_eval": baseline_eval, "candidate_eval": candidate_eval,
                "config": config.model_dump(), "result": result.model_dump(), "override": override}
-    for suffix, body in ((".json", json.dumps(payload, indent=2) + "\n"), (".md", text)):
-        tmp = gates / f".{stem}{suffix}.tmp"
-        tmp.write_text(body, encoding="utf-8")
-        os.replace(tmp, gates / f"{stem}{suffix}")
+    write_text_atomic(gates / f"{stem}.json", json.dumps(payload, indent=2) + "\n")
+    write_text_atomic(gates / f"{stem}.md", text)
     create_markdown_artifact(key="gate-report", markdown=text, description=f"promotion gate for {version.id}")
     summary = {"version": version.id, "passed": result.passed, "failures": result.failures(),
                "success_delta": result.success_delta, "success_ci": result.success_ci,

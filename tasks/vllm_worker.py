@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from tasks.policy import Generation, Request, Sampling, VLLMBackend
@@ -58,7 +59,7 @@ class VLLMWorker:
 
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
         assert self.proc.stdin is not None
-        payload = {"requests": [r.__dict__ for r in requests], "sampling": sampling.__dict__}
+        payload = {"requests": [asdict(r) for r in requests], "sampling": asdict(sampling)}
         self.proc.stdin.write(json.dumps(payload) + "\n")
         self.proc.stdin.flush()
         reply = json.loads(self._line())
