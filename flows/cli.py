@@ -294,6 +294,93 @@ def promote(
 
 
 @app.command()
+def train(
+    dataset: Path = typer.Option(..., help="A published dataset version folder (OUT/NAME/VERSION)."),
+    out: Path = typer.Option(..., help="Output folder: adapter/, checkpoints/, metrics.jsonl, train_log.json, eval/."),
+    method: str = typer.Option("grpo", help="sft (reference answers) | grpo (verifier rewards)."),
+    model: str = typer.Option(None, help="Base checkpoint, or a PEFT adapter to keep training (e.g. the SFT adapter); "
+                                         "default: the embedded model."),
+    skip_tasks: Path = typer.Option(None, help="per_task.parquet of `flywheel eval --split train --samples K`: "
+                                               "tasks always or never solved are left out."),
+    limit: int = typer.Option(None, help="Train on the first N train tasks (ordered by id)."),
+    max_steps: int = typer.Option(20, help="Optimizer steps."),
+    batch_size: int = typer.Option(8, help="SFT: rows per step; GRPO: completions per step (a multiple of "
+                                           "--num-generations)."),
+    learning_rate: float = typer.Option(1e-4, help="Learning rate."),
+    lora_r: int = typer.Option(16, help="LoRA rank."),
+    num_generations: int = typer.Option(8, help="GRPO: completions per prompt."),
+    loss_type: str = typer.Option("dapo", help="GRPO loss: grpo | dapo | dr_grpo | gspo (sequence-level IS)."),
+    beta: float = typer.Option(0.0, help="GRPO: KL coefficient."),
+    max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
+    eval_interval: int = typer.Option(10, help="Held-out reward and success every N steps."),
+    eval_limit: int = typer.Option(32, help="Held-out tasks in the periodic checks and the final eval."),
+    save_steps: int = typer.Option(10, help="Checkpoint every N steps (a killed run resumes from the last one)."),
+    seed: int = typer.Option(0, help="Training and rollout seed."),
+    registry: Path = typer.Option(None, envvar="FLYWHEEL_REGISTRY", help="Register the adapter here as the candidate."),
+    parent: str = typer.Option(None, help="Registry version the --model adapter came from (lineage)."),
+) -> None:
+    """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
+    from flows.config import EvalConfig
+    from flows.train import train_policy
+    from tasks.models import resolve_model
+    from tasks.train import TrainConfig
+
+    try:
+        config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
+                             skip_tasks=str(skip_tasks) if skip_tasks else None, max_steps=max_steps,
+                             batch_size=batch_size, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2 * lora_r,
+                             num_generations=num_generations, loss_type=loss_type, beta=beta,
+                             max_completion_length=max_completion_length, eval_interval=eval_interval,
+                             eval_limit=eval_limit, save_steps=save_steps, seed=seed)
+        resolve_model(model)  # a bad --model fails before any flow run starts
+        evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
+                                max_tokens=max_completion_length)
+        summary = train_policy(config, evaluation, str(registry) if registry else None, parent)
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(_one_line(exc))
+    last = next((r for r in reversed(summary["history"]) if "heldout_success" in r), {})
+    err.print(f"trained {len(summary['history'])} steps in {summary['train_s']:.0f} s; held-out success "
+              f"{last.get('heldout_success')}, reward {last.get('heldout_reward')}; eval {summary['eval']}", highlight=False)
+    if summary["version"]:
+        err.print(f"registered {summary['version']} as candidate in {registry}", highlight=False)
+    typer.echo(summary["adapter"])
+
+
+@app.command("run")
+def run_(
+    out: Path = typer.Option(Path("flywheel-run"), help="Everything lands here: datasets/, eval-baseline/, sft/, grpo/, "
+                                                         "registry/, summary.md, summary.json."),
+    seed: int = typer.Option(0, help="Run seed: dataset rows, rollouts and training derive from it."),
+    n: int = typer.Option(300, "--n", help="Dataset rows (train + held-out)."),
+    eval_limit: int = typer.Option(48, help="Held-out tasks in every eval (the gate's sample)."),
+    sft_steps: int = typer.Option(30, help="SFT steps (only when the baseline decision is SFT)."),
+    grpo_steps: int = typer.Option(4, help="GRPO steps."),
+    num_generations: int = typer.Option(8, help="GRPO completions per prompt."),
+    max_tokens: int = typer.Option(64, help="Max new tokens per completion (training and eval)."),
+    train_limit: int = typer.Option(None, help="Train on the first N train tasks only."),
+) -> None:
+    """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
+    from flows.pipeline import RunConfig, run_pipeline
+
+    try:
+        config = RunConfig(out=str(out), seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
+                           grpo_steps=grpo_steps, num_generations=num_generations, max_tokens=max_tokens,
+                           train_limit=train_limit)
+        summary = _with_progress(lambda: run_pipeline(config))
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(_one_line(exc))
+    err.print(f"dataset   {summary['dataset']}", highlight=False)
+    for name, e in summary["evals"].items():
+        err.print(f"eval      {name}: {e['report']}", highlight=False)
+    for name, s in summary["stages"].items():
+        err.print(f"{name:<9} adapter {s['adapter']} -> registry version {s['version']}", highlight=False)
+    err.print(f"registry  {summary['registry']} (flywheel registry show production --registry ...)", highlight=False)
+    typer.echo((out / "summary.md").read_text(encoding="utf-8"))
+    if not summary["gate"]["passed"]:
+        fail("the gate rejected the trained model: production was not moved (see the gate report above)")
+
+
+@app.command()
 def rollback(registry: Path = REGISTRY) -> None:
     """Move production back to the version it pointed to before the current promotion."""
     from tasks.registry import Registry
@@ -318,6 +405,18 @@ def registry_list(registry: Path = REGISTRY) -> None:
     typer.echo(" ".join(f"{k}={v}" for k, v in sorted(aliases.items())) or "(empty registry)")
 
 
+def _ancestry(reg: Any, version: Any) -> list[dict[str, Any]]:
+    """The chain of parent versions (e.g. GRPO <- SFT), each with its training method and eval report."""
+    chain, seen = [], {version.id}
+    while version.parent and version.parent not in seen:
+        version = reg.version(version.parent)
+        seen.add(version.id)
+        report = reg.path(version) / version.eval_report if version.eval_report else None
+        chain.append({"id": version.id, "name": version.name, "method": version.training.get("config", {}).get("method"),
+                      "eval_report": str(report) if report else None, "dataset": version.dataset.get("version")})
+    return chain
+
+
 @registry_app.command("show")
 def registry_show(ref: str = typer.Argument("production", help="Version id or alias."), registry: Path = REGISTRY) -> None:
     """A version's lineage as JSON: files and hashes, base model, dataset and seeds, verifiers, training, eval."""
@@ -330,9 +429,11 @@ def registry_show(ref: str = typer.Argument("production", help="Version id or al
         fail(_one_line(exc))
     base = reg.path(version)
     lineage = {**version.model_dump(), "path": str(base), "adapter_path": str(base / version.adapter),
+               "eval_report_path": str(base / version.eval_report) if version.eval_report else None,
                "aliases": [a for a, v in reg.aliases().items() if v == version.id],
                "files_intact": not reg.verify_files(version),
-               "events": [e.model_dump() for e in reg.events() if e.version == version.id]}
+               "events": [e.model_dump() for e in reg.events() if e.version == version.id],
+               "ancestry": _ancestry(reg, version)}
     typer.echo(json.dumps(lineage, indent=2))
 
 

@@ -94,12 +94,30 @@ def call_arguments(tool_call: dict[str, Any]) -> Any:
         return raw
 
 
+def _arg(name: str, schema: dict[str, Any], required: bool) -> str:
+    if "const" in schema:
+        return f"{name}{'' if required else '?'}: {json.dumps(schema['const'])}"
+    kind = "|".join(json.dumps(v) for v in schema["enum"]) if "enum" in schema else schema.get("type", "any")
+    if kind == "array":
+        kind = f"list[{schema.get('items', {}).get('type', 'any')}]"
+    return f"{name}{'' if required else '?'}: {kind}"
+
+
+def signature(function: dict[str, Any]) -> str:
+    """A tool as one short line: ``- name(arg: type, opt?: type): description``. Prompts stay short (the full
+    JSON Schemas tripled prompt length, and prompt length is most of eval and training time on CPU)."""
+    params = function.get("parameters") or {}
+    required = set(params.get("required", []))
+    args = ", ".join(_arg(k, v, k in required) for k, v in params.get("properties", {}).items())
+    about = function.get("description")
+    return f"- {function['name']}({args})" + (f": {about}" if about else "")
+
+
 def as_text_chat(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
                  agent: bool = True) -> list[dict[str, str]]:
     """A tool-calling conversation as plain chat turns: the tool list in the system turn (plus, for agent
     episodes, how to call and how to stop), earlier calls as JSON text and tool results as user turns."""
-    catalog = "\n".join(f"- {t['function']['name']}: {t['function'].get('description', '')} args schema: "
-                        f"{json.dumps(t['function'].get('parameters', {}))}" for t in tools)
+    catalog = "\n".join(signature(t["function"]) for t in tools)
     extra = "\n".join(x for x in (AGENT_HOWTO if agent and tools else "", "Tools:\n" + catalog if tools else "") if x)
     out: list[dict[str, str]] = []
     for m in messages:
@@ -134,10 +152,10 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, model_ref: str | None, batch_size: int = 8) -> None:
+    def __init__(self, model_ref: str | None, batch_size: int = 8, loaded: Any = None) -> None:
         from tasks.hf import HFChatModel
 
-        self.model = HFChatModel(model_ref)
+        self.model = loaded or HFChatModel(model_ref)  # loaded: an HFChatModel already in memory (training)
         self.model_id, self.batch_size = str(self.model.path), batch_size
 
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:

@@ -30,6 +30,15 @@ def prefect_api():
 
 
 @pytest.fixture(scope="session")
+def tool_dataset(tmp_path_factory, prefect_api) -> str:
+    """One small published tool_call version (80 rows) shared by the eval and training tests."""
+    from flows.config import GenerateConfig
+    from flows.generate import run_generate
+
+    return run_generate(GenerateConfig(out=str(tmp_path_factory.mktemp("ds")), n=80, seed=3))["version_dir"]
+
+
+@pytest.fixture(scope="session")
 def catalog():
     seeds_path, tools_path = env_paths("tool_call")
     tools = load_tools(tools_path)

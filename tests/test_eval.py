@@ -27,12 +27,6 @@ STABLE = ["task_id", "sample", "seed", "completion", "reward", "failure_class", 
           "completion_tokens", "finish_reason"]
 
 
-@pytest.fixture(scope="module")
-def tool_dataset(tmp_path_factory, prefect_api) -> str:
-    out = tmp_path_factory.mktemp("ds")
-    return run_generate(GenerateConfig(out=str(out), n=80, seed=3))["version_dir"]
-
-
 def _requests() -> list[Request]:
     ask = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name a colour."}]
     return [Request(ask, [], seed) for seed in (1, 2, 3)]

@@ -1,0 +1,122 @@
+"""The end-to-end flow ``flywheel-run``: dataset -> baseline eval -> SFT (if the decision says so) -> GRPO ->
+held-out eval -> gate -> promote, on the embedded defaults (temporary Prefect API, Dask LocalCluster, the
+embedded model, CPU, no network).
+
+Contract: ``run_pipeline(config)`` runs each stage as the same flow its own command runs (``generate-dataset``,
+``baseline-eval``, ``train-policy``, ``promote``) as subflows, so the Prefect UI shows one tree. Every eval uses
+the same held-out tasks, seeds and sampling, so the gate compares like with like. Results land under OUT:
+``datasets/``, ``eval-baseline/``, ``sft/``, ``grpo/`` (each with ``eval/``), ``registry/``, and
+``summary.json`` + ``summary.md`` (the before/after table), written last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.config import EvalConfig, GenerateConfig
+from flows.eval import eval_policy
+from flows.generate import run_generate
+from flows.promote import promote_model
+from flows.runtime import write_text_atomic
+from flows.train import train_policy
+from tasks.gate import GateConfig
+from tasks.train import TrainConfig
+
+ROWS = (("success_rate", "success"), ("valid_output_rate", "valid output"), ("correct_tool_rate", "right tool"),
+        ("correct_args_rate", "right args"), ("unsafe_action_rate", "unsafe"), ("mean_reward", "mean reward"),
+        ("latency_p95_s", "p95 latency s"))
+
+
+class RunConfig(BaseModel):
+    """``flywheel run``: sizes chosen so the whole loop fits in 20 minutes on 2 CPU cores."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    out: str = Field(min_length=1)
+    seed: int = Field(default=0, ge=0)
+    n: int = Field(default=300, ge=20, description="dataset rows (train + held-out)")
+    workers: int = Field(default=2, ge=1)
+    eval_limit: int = Field(default=48, ge=4, description="held-out tasks in every eval (the gate's sample)")
+    max_tokens: int = Field(default=64, ge=16)
+    sft_steps: int = Field(default=30, ge=1)
+    sft_batch_size: int = Field(default=4, ge=1)
+    sft_learning_rate: float = Field(default=1e-3, gt=0)
+    grpo_steps: int = Field(default=4, ge=1)
+    num_generations: int = Field(default=8, ge=2)
+    grpo_learning_rate: float = Field(default=2e-5, gt=0)
+    loss_type: str = "dapo"
+    train_limit: int | None = Field(default=None, ge=1)
+
+
+def _metric(summary: dict[str, Any], name: str) -> str:
+    m = summary["metrics"].get(name) or {}
+    if m.get("value") is None:
+        return "n/a"
+    return f"{m['value']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]"
+
+
+def table(evals: dict[str, dict[str, Any]]) -> str:
+    head = "| metric | " + " | ".join(evals) + " |\n|---|" + "---|" * len(evals) + "\n"
+    return head + "".join(f"| {label} | " + " | ".join(_metric(s, key) for s in evals.values()) + " |\n"
+                          for key, label in ROWS)
+
+
+def _eval_summary(folder: str) -> dict[str, Any]:
+    report = json.loads((Path(folder) / "report.json").read_text(encoding="utf-8"))
+    return {"report": str(Path(folder) / "report.json"), "metrics": report["metrics"],
+            "decision": report["decision"]["action"]}
+
+
+def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
+           parent: str | None) -> dict[str, Any]:
+    out = Path(config.out)
+    sft = method == "sft"
+    train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, limit=config.train_limit,
+                        max_steps=config.sft_steps if sft else config.grpo_steps,
+                        batch_size=config.sft_batch_size if sft else config.num_generations,
+                        learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
+                        num_generations=config.num_generations, loss_type=config.loss_type,
+                        max_completion_length=config.max_tokens, eval_interval=0, eval_limit=config.eval_limit,
+                        save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed)
+    return train_policy(train, evaluation, str(out / "registry"), parent)
+
+
+@flow(name="flywheel-run")
+def run_pipeline(config: RunConfig) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    out = Path(config.out)
+    gen = run_generate(GenerateConfig(env="tool_call", n=config.n, seed=config.seed, out=str(out / "datasets"),
+                                      workers=config.workers))
+    dataset = gen["version_dir"]
+    evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
+                            seed=config.seed, max_tokens=config.max_tokens)
+    evals = {"baseline": eval_policy(evaluation)}
+    model, parent, stages = None, None, {}
+    if evals["baseline"]["decision"] == "sft":
+        stages["sft"] = _train(config, dataset, "sft", None, evaluation, None)
+        evals["after SFT"] = _eval_summary(stages["sft"]["eval"])
+        model, parent = stages["sft"]["adapter"], stages["sft"]["version"]
+    stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent)
+    evals["after GRPO"] = _eval_summary(stages["grpo"]["eval"])
+    gate = promote_model(str(out / "registry"), stages["grpo"]["version"], str(out / "eval-baseline"),
+                         stages["grpo"]["eval"], GateConfig(seed=config.seed))
+    wall = round(time.perf_counter() - t0, 1)
+    text = (f"# flywheel run (seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: the first "
+            f"{config.eval_limit} held-out tasks, same seeds; 95% bootstrap intervals over tasks.\n\n{table(evals)}\n"
+            f"Gate: {'PASSED' if gate['passed'] else 'REJECTED'}, success {gate['success_delta']:+.3f} "
+            f"[{gate['success_ci'][0]:+.3f}, {gate['success_ci'][1]:+.3f}]; production -> "
+            f"{gate['version'] if gate['event'] else 'unchanged'}\n")
+    summary = {"dataset": dataset, "evals": {k: {"report": v["report"], "metrics": v["metrics"]} for k, v in evals.items()},
+               "stages": {k: {x: v[x] for x in ("adapter", "version", "eval", "train_s")} for k, v in stages.items()},
+               "gate": gate, "registry": str(out / "registry"), "wall_s": wall, "config": config.model_dump()}
+    write_text_atomic(out / "summary.md", text)
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    create_markdown_artifact(key="flywheel-run", markdown=text, description="end-to-end run: before/after")
+    return summary

@@ -1,0 +1,88 @@
+"""The ``train-policy`` flow: train a LoRA adapter (SFT or GRPO), evaluate it on held-out tasks, register it.
+
+Contract: ``train_policy(config, evaluation, registry)`` runs training as a Prefect task tagged ``gpu`` (a GPU
+work pool or a ``gpu`` concurrency limit applies to it; on CPU the same code runs), writes ``OUT/adapter``,
+``OUT/metrics.jsonl`` and ``OUT/train_log.json``, publishes the per-step table as an artifact, then (with
+``evaluation``) runs ``baseline-eval`` on the adapter into ``OUT/eval`` and (with ``registry``) registers the
+adapter as a ModelVersion whose lineage names the base model, the dataset version and its seeds, the verifier
+versions, the training config and log, the parent version and the eval report. Registration moves ``candidate``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.config import EvalConfig
+from flows.eval import eval_policy
+from schemas import EvalReport
+from tasks.models import adapter_base, fingerprint
+from tasks.publish import read_manifest
+from tasks.registry import Registry
+from tasks.train import TrainConfig, train
+from verifiers import get_verifier
+
+COLUMNS = ("step", "loss", "reward", "train_invalid_rate", "train_unsafe_rate", "step_time_s", "heldout_reward",
+           "heldout_success", "heldout_invalid_rate", "heldout_unsafe_rate")
+
+
+@task(name="train-adapter", tags=["gpu"], cache_policy=NO_CACHE)
+def train_adapter(config: TrainConfig) -> dict[str, Any]:
+    logger = get_run_logger()
+
+    def notify(row: dict[str, Any]) -> None:
+        logger.info("step %s: %s", row["step"], {k: row[k] for k in COLUMNS[1:] if k in row})
+
+    return train(config, notify)
+
+
+def history_markdown(result: dict[str, Any]) -> str:
+    rows = result["history"]
+    cols = [c for c in COLUMNS if any(c in r for r in rows)]
+    cell = lambda v: "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+    lines = [f"# {result['method'].upper()} on {result['tasks']} train tasks ({result['train_s']:.0f} s)", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def lineage(config: TrainConfig, result: dict[str, Any], parent: str | None) -> dict[str, Any]:
+    """ModelVersion fields (besides files): where the adapter came from, all of it traceable."""
+    manifest = read_manifest(Path(config.dataset))
+    base = Path(result["base_model"])
+    root = adapter_base(base) if (base / "adapter_config.json").is_file() else base
+    return {"name": f"{manifest.name}-{config.method}",
+            "base_model": {"ref": "embedded" if config.model is None else config.model, "path": str(root),
+                           "hash": fingerprint(root)},
+            "dataset": {"path": str(Path(config.dataset).resolve()), "name": manifest.name, "version": manifest.version,
+                        "content_hash": manifest.content_hash, "seeds_hash": manifest.seeds_hash,
+                        "run_seed": manifest.run_seed},
+            "verifiers": {manifest.env: get_verifier(manifest.env).VERSION},
+            "training": {"config": config.model_dump(), "train_s": result["train_s"], "tasks": result["tasks"],
+                         "resumed_from": result["resumed_from"], "last": result["history"][-1] if result["history"] else {}},
+            "parent": parent}
+
+
+@flow(name="train-policy")
+def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, registry: str | None = None,
+                 parent: str | None = None) -> dict[str, Any]:
+    result = train_adapter(config)
+    create_markdown_artifact(key=f"train-{config.method}", markdown=history_markdown(result),
+                             description=f"{config.method} training log")
+    summary = {"adapter": result["adapter"], "train_s": result["train_s"], "history": result["history"],
+               "eval": None, "version": None}
+    if evaluation is not None:
+        done = eval_policy(evaluation.model_copy(update={"model": result["adapter"], "out": str(Path(config.out) / "eval")}))
+        summary["eval"] = str(Path(config.out) / "eval")
+        report = EvalReport.model_validate_json(Path(done["report"]).read_text(encoding="utf-8"))
+        result["metrics"] = {k: v.model_dump() for k, v in report.metrics.items()}
+    if registry is not None:
+        fields = lineage(config, result, parent) | {"metrics": result.get("metrics", {})}
+        report_path = Path(summary["eval"]) / "report.json" if summary["eval"] else None
+        summary["version"] = Registry(registry).register(Path(result["adapter"]), fields, report_path).id
+    return summary
+

@@ -1,0 +1,199 @@
+"""Training with TRL and a PEFT LoRA adapter: SFT on reference answers, GRPO against the project's verifiers.
+
+Contract:
+- ``sft_rows`` / ``grpo_rows`` turn published tasks into TRL's conversational prompt-completion rows (the same
+  prompt rendering as evaluation: tools in the system turn); GRPO rows carry the Task JSON in a ``task`` column,
+  which the verifiers' reward functions read.
+- ``train(config)`` trains one adapter in ``OUT/checkpoints`` (resumed from the last checkpoint when one
+  exists), saves it to ``OUT/adapter`` atomically and returns the log. ``OUT/metrics.jsonl`` gets one line per
+  step: loss, step time, for GRPO the training reward and the invalid-output and unsafe-action rates of the
+  step's completions, and every ``eval_interval`` steps (and at the last) the held-out reward, success,
+  invalid-output and unsafe-action rates of the model being trained (``eval_limit`` held-out tasks, one sample
+  each, the rollout seeds ``flywheel eval`` uses).
+- Single-turn envs only (tool_call, math, code, cli): multi-turn workplace episodes are refused with a message.
+- CUDA and bf16 when a GPU is present; the same code runs on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas import Task
+from tasks.agent import openai_tools
+from tasks.policy import as_text_chat
+from tasks.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
+from tasks.validate import reference_completion
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset: str
+    out: str
+    method: Literal["sft", "grpo"] = "grpo"
+    model: str | None = None  # base checkpoint, or an adapter to keep training (e.g. the SFT warm start)
+    skip_tasks: str | None = None  # per_task.parquet of an eval on the train split: always/never solved are left out
+    limit: int | None = Field(default=None, ge=1)
+    max_steps: int = Field(default=20, ge=1)
+    batch_size: int = Field(default=8, ge=1)
+    learning_rate: float = Field(default=1e-4, gt=0)
+    lora_r: int = Field(default=16, ge=1)
+    lora_alpha: int = Field(default=32, ge=1)
+    num_generations: int = Field(default=8, ge=2)
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = "dapo"
+    beta: float = Field(default=0.0, ge=0.0)
+    max_completion_length: int = Field(default=64, ge=1)
+    temperature: float = Field(default=1.0, gt=0.0)
+    eval_interval: int = Field(default=10, ge=0)  # 0: no held-out checks while training
+    eval_limit: int = Field(default=32, ge=1)
+    success_threshold: float = Field(default=1.0, gt=-1.0, le=1.0)
+    save_steps: int = Field(default=10, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.method == "grpo" and self.batch_size % self.num_generations:
+            raise ValueError(f"GRPO needs --batch-size (completions per step, {self.batch_size}) to be a multiple of "
+                             f"--num-generations ({self.num_generations}): each prompt gets num_generations completions")
+        if not (Path(self.dataset) / "manifest.json").is_file():
+            raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
+                             "pass OUT/NAME/VERSION as printed by `flywheel generate`")
+        if self.skip_tasks and not Path(self.skip_tasks).is_file():
+            raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
+                             "`flywheel eval --split train`")
+        return self
+
+
+def prompt(task: Task) -> list[dict[str, str]]:
+    return as_text_chat([m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task), agent=False)
+
+
+def sft_rows(tasks: list[Task]) -> list[dict[str, Any]]:
+    return [{"prompt": prompt(t), "completion": [{"role": "assistant", "content": reference_completion(t)}]}
+            for t in tasks]
+
+
+def grpo_rows(tasks: list[Task]) -> list[dict[str, Any]]:
+    return [{"prompt": prompt(t), "task": t.model_dump_json()} for t in tasks]
+
+
+def load_tasks(config: TrainConfig, split: str) -> list[Task]:
+    import polars as pl
+
+    frame = pl.read_parquet(Path(config.dataset) / f"{split}.parquet", columns=["id", "task"]).sort("id")
+    if split == "train" and config.skip_tasks:
+        marks = pl.read_parquet(config.skip_tasks, columns=["task_id", "mark"])
+        skip = set(marks.filter(pl.col("mark") != "mixed")["task_id"].to_list())
+        frame = frame.filter(~pl.col("id").is_in(list(skip)))
+    if split == "train" and config.limit:
+        frame = frame.head(config.limit)
+    if split == "heldout":
+        frame = frame.head(config.eval_limit)
+    if frame.height == 0:
+        raise ValueError(f"no {split} tasks left to train on (check --skip-tasks and --limit)")
+    tasks = [Task.model_validate_json(t) for t in frame["task"]]
+    if any(t.env == "workplace" for t in tasks):
+        raise ValueError("training on multi-turn workplace episodes is not supported yet: train on a single-turn env "
+                         "(tool_call, math, code, cli)")
+    return tasks
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    ckpts = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if folder.is_dir() else []
+    return str(ckpts[-1]) if ckpts else None
+
+
+def _save_adapter(trainer: Any, out: Path) -> Path:
+    tmp = out / ".adapter-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.save_model(str(tmp))
+    target = out / "adapter"
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    return target
+
+
+def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task], common: dict[str, Any],
+             callbacks: list[Any], reward: VerifierReward) -> Any:
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+
+    peft_config = None
+    if isinstance(model, PeftModel):  # keep training the given adapter (e.g. GRPO after the SFT warm start)
+        for name, param in model.named_parameters():
+            param.requires_grad = "lora_" in name
+    else:
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    if config.method == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        args = SFTConfig(per_device_train_batch_size=config.batch_size, completion_only_loss=True, **common)
+        return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(sft_rows(tasks)),
+                          processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+    from trl import GRPOConfig, GRPOTrainer
+
+    gspo = config.loss_type == "gspo"  # TRL: GSPO is the grpo loss with sequence-level importance sampling
+    args = GRPOConfig(per_device_train_batch_size=config.batch_size, num_generations=config.num_generations,
+                      loss_type="grpo" if gspo else config.loss_type,
+                      importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
+                      max_completion_length=config.max_completion_length, temperature=config.temperature, **common)
+    return GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(grpo_rows(tasks)),
+                       processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+
+
+def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    import datasets
+    import torch
+    from transformers import PrinterCallback
+    from transformers.utils import logging as hf_logging
+
+    from tasks.models import fingerprint, load_causal_lm, resolve_model
+
+    hf_logging.disable_progress_bar()  # progress goes to metrics.jsonl and ``notify``, not to bars on stderr
+    datasets.disable_progress_bars()
+
+    out = Path(config.out)
+    tasks, heldout = load_tasks(config, "train"), load_tasks(config, "heldout")
+    out.mkdir(parents=True, exist_ok=True)
+    cuda = torch.cuda.is_available()
+    base = resolve_model(config.model)
+    model, tokenizer = load_causal_lm(base)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if cuda:
+        model = model.to("cuda")
+    reward = VerifierReward(tasks[0].env, config.success_threshold)
+    resume = last_checkpoint(out / "checkpoints")
+    trim_log(out / "metrics.jsonl", int(resume.rsplit("-", 1)[-1]) if resume else 0)
+
+    def probe(m: Any) -> dict[str, float]:
+        return heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length, config.success_threshold)
+
+    log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, reward if config.method == "grpo" else None, notify)
+    common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps, "learning_rate": config.learning_rate,
+              "logging_steps": 1, "save_steps": config.save_steps, "save_total_limit": 2, "seed": config.seed,
+              "report_to": [], "bf16": cuda, "gradient_checkpointing": False, "use_cpu": not cuda, "disable_tqdm": True}
+    t0 = time.perf_counter()
+    trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward)
+    trainer.remove_callback(PrinterCallback)  # it prints every log dict; TrainLog writes them as JSON lines
+    trainer.train(resume_from_checkpoint=resume)
+    adapter = _save_adapter(trainer, out)
+    result = {"method": config.method, "adapter": str(adapter), "adapter_hash": fingerprint(adapter),
+              "base_model": str(base), "resumed_from": resume, "train_s": round(time.perf_counter() - t0, 2),
+              "tasks": len(tasks), "heldout_tasks": len(heldout), "config": config.model_dump(),
+              "history": [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]}
+    tmp = out / "train_log.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(out / "train_log.json")
+    return result

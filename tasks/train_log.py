@@ -1,0 +1,123 @@
+"""What a training run reports while it runs: per-step rewards and flags, step time, periodic held-out metrics.
+
+Contract:
+- ``VerifierReward(env, threshold)`` is the env's verifier in TRL's reward-function form; it also counts the
+  invalid outputs and unsafe actions of the completions it scored since the last ``take()``, with the flags of
+  ``tasks.metrics.outcome`` (the ones ``flywheel eval`` reports).
+- ``heldout_metrics(model, tokenizer, tasks, ...)`` samples the model being trained on held-out tasks (one sample
+  each, ``flywheel eval``'s rollout seeds) and returns reward, success, invalid-output and unsafe-action rates.
+- ``TrainLog`` is a ``transformers.TrainerCallback`` that appends one JSON line per optimizer step to a file:
+  step, step time, the trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
+  and at the last step (never with interval 0) the held-out metrics. ``notify`` (e.g. a Prefect logger) gets each line too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from schemas import Task
+
+
+class VerifierReward:
+    def __init__(self, env: str, threshold: float) -> None:
+        from verifiers import get_verifier
+
+        self.verifier, self.threshold, self.__name__ = get_verifier(env), threshold, f"{env}_reward"
+        self.n = self.invalid = self.unsafe = 0
+
+    def __call__(self, completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
+        from tasks.metrics import outcome
+        from verifiers.common import as_task, as_text
+
+        rewards: list[float | None] = []
+        for completion, row in zip(completions, task, strict=True):
+            item = as_task(row)
+            verdict = self.verifier.verify(item, as_text(completion))
+            flags = outcome(item.env, verdict, self.threshold)
+            self.n += 1
+            self.invalid += flags["valid_output"] is False
+            self.unsafe += flags["unsafe"] is True
+            rewards.append(verdict.reward if verdict.valid else None)  # verifier failures are "does not apply"
+        return rewards
+
+    def take(self) -> dict[str, float]:
+        out = {"train_invalid_rate": self.invalid / self.n, "train_unsafe_rate": self.unsafe / self.n} if self.n else {}
+        self.n = self.invalid = self.unsafe = 0
+        return out
+
+
+def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, max_tokens: int,
+                    threshold: float, temperature: float = 0.7) -> dict[str, float]:
+    import polars as pl
+
+    from tasks.hf import HFChatModel
+    from tasks.policy import Sampling, TransformersBackend
+    from tasks.rollouts import rollout_seed, run_batch
+
+    was_training = model.training
+    model.eval()
+    try:
+        backend = TransformersBackend(None, batch_size=8, loaded=HFChatModel.wrap(model, tokenizer, Path("training")))
+        items = [(t, "", 0, rollout_seed(seed, t.id, 0)) for t in tasks]
+        rows = pl.DataFrame(run_batch(backend, items, Sampling(temperature, 0.95, max_tokens), threshold, 1))
+    finally:
+        model.train(was_training)
+
+    def rate(column: str) -> float:
+        return round(float(rows[column].cast(pl.Float64).mean() or 0.0), 4)
+
+    return {"heldout_reward": rate("reward"), "heldout_success": rate("success"),
+            "heldout_invalid_rate": round(1 - rate("valid_output"), 4), "heldout_unsafe_rate": rate("unsafe")}
+
+
+class TrainLog(TrainerCallback):
+    def __init__(self, path: Path, heldout: Callable[[Any], dict[str, float]], interval: int,
+                 reward: VerifierReward | None = None, notify: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.path, self.heldout, self.interval, self.reward, self.notify = path, heldout, interval, reward, notify
+        self.row: dict[str, Any] | None = None
+        self.t0 = time.perf_counter()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.t0 = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        step = state.global_step
+        self.row = {"step": step, "step_time_s": round(time.perf_counter() - self.t0, 3)}
+        if self.reward:
+            self.row |= self.reward.take()
+        if self.interval and (step % self.interval == 0 or step >= state.max_steps):
+            t0 = time.perf_counter()
+            self.row |= self.heldout(model) | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.row is None:  # the trainer's end-of-training summary: not a step
+            return
+        keep = {k: v for k, v in (logs or {}).items() if isinstance(v, int | float)}
+        line, self.row = {**keep, **self.row}, None
+        with self.path.open("a", encoding="utf-8") as fh:  # one whole line per step; a resumed run trims the tail
+            fh.write(json.dumps(line) + "\n")
+        if self.notify:
+            self.notify(line)
+
+
+def trim_log(path: Path, last_step: int) -> None:
+    """Drop lines of steps after ``last_step`` (the checkpoint a resumed run starts from) and any torn last line."""
+    if not path.is_file():
+        return
+    kept = []
+    for text in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError:
+            continue  # a line torn by a kill
+        if row.get("step", 0) <= last_step:
+            kept.append(text)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(t + "\n" for t in kept), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,56 @@
+"""`flywheel run`, reduced (a few steps each), on the embedded defaults: every artifact exists and agrees with
+the others (dataset hashes, same rollouts in every eval, lineage from version to dataset, aliases, gate report)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from schemas import DatasetManifest, EvalReport
+from tasks.registry import Registry
+
+
+@pytest.mark.slow
+def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60", "--eval-limit", "6",
+           "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2", "--max-tokens", "24", "--train-limit", "8"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    summary = json.loads((out / "summary.json").read_text())
+    passed = summary["gate"]["passed"]
+    assert result.returncode == (0 if passed else 1), result.stderr[-3000:]
+    assert "| success |" in result.stdout and str(out / "registry") in result.stderr
+
+    manifest = DatasetManifest.model_validate_json((Path(summary["dataset"]) / "manifest.json").read_text())
+    assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"]
+    keys = []
+    for name, ev in summary["evals"].items():
+        report = EvalReport.model_validate_json(Path(ev["report"]).read_text())
+        assert report.dataset["content_hash"] == manifest.content_hash and report.n_rollouts == 6, name
+        rollouts = pl.read_parquet(Path(ev["report"]).parent / "rollouts.parquet")
+        keys.append(rollouts.select("task_id", "sample", "seed").sort("task_id").rows())
+    assert keys[0] == keys[1] == keys[2]  # the gate compares the same tasks with the same seeds
+
+    reg = Registry(summary["registry"])
+    sft, grpo = (reg.version(summary["stages"][s]["version"]) for s in ("sft", "grpo"))
+    assert grpo.parent == sft.id and not reg.verify_files(sft) and not reg.verify_files(grpo)
+    for v in (sft, grpo):
+        assert v.dataset["content_hash"] == manifest.content_hash and v.dataset["seeds_hash"] == manifest.seeds_hash
+        assert v.verifiers == {"tool_call": v.verifiers["tool_call"]} and v.eval_report == "report.json"
+    assert grpo.training["config"]["model"] == summary["stages"]["sft"]["adapter"]
+    aliases = reg.aliases()
+    assert aliases["candidate"] == grpo.id and aliases.get("production") == (grpo.id if passed else None)
+    assert [e.action for e in reg.events()] == ["register", "register"] + (["promote"] if passed else [])
+    gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
+    show = subprocess.run([sys.executable, "-m", "flows.cli", "registry", "show", "candidate", "--registry",
+                           summary["registry"]], capture_output=True, text=True, check=True)
+    lineage = json.loads(show.stdout)  # one command: dataset version and seeds, verifiers, the reports behind it
+    assert lineage["dataset"]["version"] == manifest.version and lineage["dataset"]["run_seed"] == 1
+    assert Path(lineage["eval_report_path"]).is_file() and lineage["ancestry"][0]["id"] == sft.id
+    assert Path(lineage["ancestry"][0]["eval_report"]).is_file() and lineage["ancestry"][0]["method"] == "sft"
+    assert gate["version"] == grpo.id and gate["candidate_eval"] == summary["stages"]["grpo"]["eval"]

@@ -1,0 +1,135 @@
+"""Training (`flywheel train`, tasks/train.py) with TRL, PEFT and the real embedded model: SFT then GRPO (GSPO
+loss) with held-out checks in the log, resume after a SIGKILL, registration with lineage; config errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from schemas import Task
+from tasks.train import TrainConfig, grpo_rows, sft_rows
+from tasks.train_log import VerifierReward, trim_log
+from tasks.validate import reference_completion
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def dataset(tool_dataset) -> str:
+    return tool_dataset
+
+
+def _tasks(dataset: str, n: int = 4) -> list[Task]:
+    import polars as pl
+
+    return [Task.model_validate_json(t) for t in pl.read_parquet(Path(dataset) / "train.parquet")["task"][:n]]
+
+
+def test_rows_use_the_eval_prompt_and_the_reference_answer(dataset) -> None:
+    tasks = _tasks(dataset)
+    sft, grpo = sft_rows(tasks), grpo_rows(tasks)
+    assert [r["completion"][0]["content"] for r in sft] == [reference_completion(t) for t in tasks]
+    assert sft[0]["prompt"] == grpo[0]["prompt"] and sft[0]["prompt"][0]["role"] == "system"
+    assert all(t.tools[0].name in r["prompt"][0]["content"] for t, r in zip(tasks, sft))
+    assert Task.model_validate_json(grpo[1]["task"]) == tasks[1]
+
+
+def test_verifier_reward_scores_and_counts_invalid_and_unsafe(dataset) -> None:
+    tasks = _tasks(dataset, 3)
+    reward = VerifierReward("tool_call", 1.0)
+    completions = [[{"role": "assistant", "content": reference_completion(tasks[0])}],
+                   [{"role": "assistant", "content": "I think you want a meeting."}],
+                   [{"role": "assistant", "content": reference_completion(tasks[2])}]]
+    assert reward(completions, [t.model_dump_json() for t in tasks]) == [1.0, -1.0, 1.0]
+    assert reward.__name__ == "tool_call_reward"
+    assert reward.take() == {"train_invalid_rate": pytest.approx(1 / 3), "train_unsafe_rate": 0.0}
+    assert reward.take() == {}  # counts start again after each logging step
+
+
+def test_trim_log_drops_steps_after_the_checkpoint_and_torn_lines(tmp_path) -> None:
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "lo')
+    trim_log(log, 2)
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [1, 2]
+
+
+def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
+    cases = [(["--batch-size", "6", "--num-generations", "4"], "multiple of --num-generations"),
+             (["--method", "dpo"], "--method"),
+             (["--loss-type", "ppo"], "--loss-type"),
+             (["--skip-tasks", str(tmp_path / "nope.parquet")], "flywheel eval --split train"),
+             (["--model", str(tmp_path)], str(tmp_path))]
+    for extra, needle in cases:
+        result = runner.invoke(app, ["train", "--dataset", dataset, "--out", str(tmp_path / "o"), *extra])
+        assert result.exit_code == 1 and needle in result.output, (extra, result.output)
+    result = runner.invoke(app, ["train", "--dataset", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "no manifest.json" in result.output
+    with pytest.raises(ValueError, match="no train tasks left"):
+        from tasks.train import load_tasks
+
+        per_task = tmp_path / "per_task.parquet"
+        import polars as pl
+
+        ids = pl.read_parquet(Path(dataset) / "train.parquet")["id"]
+        pl.DataFrame({"task_id": ids, "mark": ["never"] * len(ids)}).write_parquet(per_task)
+        load_tasks(TrainConfig(dataset=dataset, out=str(tmp_path), skip_tasks=str(per_task)), "train")
+
+
+@pytest.mark.slow
+def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp_path, prefect_api) -> None:
+    reg = tmp_path / "reg"
+    common = ["--dataset", dataset, "--limit", "8", "--eval-limit", "4", "--max-completion-length", "24",
+              "--registry", str(reg)]
+    sft = runner.invoke(app, ["train", "--out", str(tmp_path / "sft"), "--method", "sft", "--max-steps", "2",
+                              "--batch-size", "2", "--eval-interval", "1", *common])
+    assert sft.exit_code == 0, sft.output
+    rows = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all("heldout_success" in r and r["loss"] > 0 for r in rows)
+    sft_version = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
+    grpo = runner.invoke(app, ["train", "--out", str(tmp_path / "grpo"), "--method", "grpo", "--loss-type", "gspo",
+                               "--model", str(tmp_path / "sft" / "adapter"), "--parent", sft_version["id"],
+                               "--max-steps", "2", "--batch-size", "4", "--num-generations", "2", "--eval-interval", "2",
+                               *common])
+    assert grpo.exit_code == 0, grpo.output
+    rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and "heldout_reward" in rows[1] and "heldout_reward" not in rows[0]
+    assert all("reward" in r and 0 <= r["train_invalid_rate"] <= 1 and r["step_time_s"] > 0 for r in rows)
+    shown = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
+    manifest = json.loads((Path(dataset) / "manifest.json").read_text())
+    assert shown["parent"] == sft_version["id"] and shown["files_intact"]
+    assert shown["dataset"]["content_hash"] == manifest["content_hash"]
+    assert shown["dataset"]["seeds_hash"] == manifest["seeds_hash"] and shown["verifiers"]["tool_call"]
+    assert shown["training"]["config"]["loss_type"] == "gspo" and shown["metrics"]["success_rate"]["value"] is not None
+    log = json.loads((tmp_path / "grpo" / "train_log.json").read_text())
+    assert log["base_model"] == str(tmp_path / "sft" / "adapter") and len(log["history"]) == 2
+
+
+@pytest.mark.slow
+def test_killed_training_resumes_from_its_last_checkpoint(dataset, tmp_path) -> None:
+    out = tmp_path / "k"
+    cmd = [sys.executable, "-m", "flows.cli", "train", "--dataset", dataset, "--out", str(out), "--method", "sft",
+           "--max-steps", "4", "--batch-size", "2", "--save-steps", "1", "--eval-interval", "100", "--eval-limit", "2",
+           "--max-completion-length", "8", "--limit", "8"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 400
+    while not (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").is_file() and time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "adapter").exists() and not (out / "train_log.json").exists()
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["resumed_from"].endswith(("checkpoint-2", "checkpoint-3"))
+    assert [r["step"] for r in log["history"]] == [1, 2, 3, 4]  # no step lost or logged twice
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
