@@ -338,9 +338,9 @@ def train(
         summary = train_policy(config, evaluation, str(registry) if registry else None, parent)
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
-    last = next((r for r in reversed(summary["history"]) if "heldout_success" in r), {})
+    success = summary["metrics"].get("success_rate") or {}
     err.print(f"trained {len(summary['history'])} steps in {summary['train_s']:.0f} s; held-out success "
-              f"{last.get('heldout_success')}, reward {last.get('heldout_reward')}; eval {summary['eval']}", highlight=False)
+              f"{success.get('value')} [{success.get('lo')}, {success.get('hi')}]; eval {summary['eval']}", highlight=False)
     if summary["version"]:
         err.print(f"registered {summary['version']} as candidate in {registry}", highlight=False)
     typer.echo(summary["adapter"])
@@ -353,7 +353,7 @@ def run_(
     seed: int = typer.Option(0, help="Run seed: dataset rows, rollouts and training derive from it."),
     n: int = typer.Option(300, "--n", help="Dataset rows (train + held-out)."),
     eval_limit: int = typer.Option(48, help="Held-out tasks in every eval (the gate's sample)."),
-    sft_steps: int = typer.Option(30, help="SFT steps (only when the baseline decision is SFT)."),
+    sft_steps: int = typer.Option(60, help="SFT steps (only when the baseline decision is SFT)."),
     grpo_steps: int = typer.Option(4, help="GRPO steps."),
     num_generations: int = typer.Option(8, help="GRPO completions per prompt."),
     max_tokens: int = typer.Option(64, help="Max new tokens per completion (training and eval)."),

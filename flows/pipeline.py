@@ -45,12 +45,14 @@ class RunConfig(BaseModel):
     workers: int = Field(default=2, ge=1)
     eval_limit: int = Field(default=48, ge=4, description="held-out tasks in every eval (the gate's sample)")
     max_tokens: int = Field(default=64, ge=16)
-    sft_steps: int = Field(default=30, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
+                                                                          "differences are the model's, not sampling noise")
+    sft_steps: int = Field(default=60, ge=1)
     sft_batch_size: int = Field(default=4, ge=1)
     sft_learning_rate: float = Field(default=1e-3, gt=0)
     grpo_steps: int = Field(default=4, ge=1)
     num_generations: int = Field(default=8, ge=2)
-    grpo_learning_rate: float = Field(default=2e-5, gt=0)
+    grpo_learning_rate: float = Field(default=3e-5, gt=0)
     loss_type: str = "dapo"
     train_limit: int | None = Field(default=None, ge=1)
 
@@ -96,7 +98,7 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
                                       workers=config.workers))
     dataset = gen["version_dir"]
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
-                            seed=config.seed, max_tokens=config.max_tokens)
+                            seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature)
     evals = {"baseline": eval_policy(evaluation)}
     model, parent, stages = None, None, {}
     if evals["baseline"]["decision"] == "sft":
@@ -109,7 +111,8 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
                          stages["grpo"]["eval"], GateConfig(seed=config.seed))
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run (seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: the first "
-            f"{config.eval_limit} held-out tasks, same seeds; 95% bootstrap intervals over tasks.\n\n{table(evals)}\n"
+            f"{config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% bootstrap intervals "
+            f"over tasks.\n\n{table(evals)}\n"
             f"Gate: {'PASSED' if gate['passed'] else 'REJECTED'}, success {gate['success_delta']:+.3f} "
             f"[{gate['success_ci'][0]:+.3f}, {gate['success_ci'][1]:+.3f}]; production -> "
             f"{gate['version'] if gate['event'] else 'unchanged'}\n")

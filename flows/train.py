@@ -74,12 +74,12 @@ def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, regi
     create_markdown_artifact(key=f"train-{config.method}", markdown=history_markdown(result),
                              description=f"{config.method} training log")
     summary = {"adapter": result["adapter"], "train_s": result["train_s"], "history": result["history"],
-               "eval": None, "version": None}
+               "eval": None, "version": None, "metrics": {}}
     if evaluation is not None:
         done = eval_policy(evaluation.model_copy(update={"model": result["adapter"], "out": str(Path(config.out) / "eval")}))
         summary["eval"] = str(Path(config.out) / "eval")
         report = EvalReport.model_validate_json(Path(done["report"]).read_text(encoding="utf-8"))
-        result["metrics"] = {k: v.model_dump() for k, v in report.metrics.items()}
+        result["metrics"] = summary["metrics"] = {k: v.model_dump() for k, v in report.metrics.items()}
     if registry is not None:
         fields = lineage(config, result, parent) | {"metrics": result.get("metrics", {})}
         report_path = Path(summary["eval"]) / "report.json" if summary["eval"] else None

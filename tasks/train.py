@@ -122,6 +122,17 @@ def _save_adapter(trainer: Any, out: Path) -> Path:
     return target
 
 
+def _claim(out: Path, config: TrainConfig) -> None:
+    """OUT belongs to one config: resuming checkpoints of another run would silently mix two trainings."""
+    saved, mine = out / "train_config.json", config.model_dump(mode="json")
+    if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) != mine:
+        raise ValueError(f"{out} holds a training run with other options; rerun with the same options to resume it, "
+                         "or pass a new --out")
+    tmp = out / ".train_config.json.tmp"
+    tmp.write_text(json.dumps(mine, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(saved)
+
+
 def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task], common: dict[str, Any],
              callbacks: list[Any], reward: VerifierReward) -> Any:
     from datasets import Dataset
@@ -165,6 +176,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     out = Path(config.out)
     tasks, heldout = load_tasks(config, "train"), load_tasks(config, "heldout")
     out.mkdir(parents=True, exist_ok=True)
+    _claim(out, config)
     cuda = torch.cuda.is_available()
     base = resolve_model(config.model)
     model, tokenizer = load_causal_lm(base)

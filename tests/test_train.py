@@ -62,6 +62,15 @@ def test_trim_log_drops_steps_after_the_checkpoint_and_torn_lines(tmp_path) -> N
     assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [1, 2]
 
 
+def test_an_out_folder_belongs_to_one_training_config(dataset, tmp_path) -> None:
+    from tasks.train import _claim
+
+    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))
+    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))  # the same run: resume is fine
+    with pytest.raises(ValueError, match="other options"):
+        _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=5))
+
+
 def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
     cases = [(["--batch-size", "6", "--num-generations", "4"], "multiple of --num-generations"),
              (["--method", "dpo"], "--method"),
