@@ -136,7 +136,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, str]]:
 
 
 def _write_jsonl_atomic(path: Path, lines: list[str]) -> None:
-    from flows.runtime import write_text_atomic
+    from tasks.files import write_text_atomic
 
     write_text_atomic(path, "".join(lines))
 

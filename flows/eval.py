@@ -24,8 +24,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import EvalConfig
-from flows.runtime import chunks, code_version, progress, write_rows, write_text_atomic
+from flows.runtime import chunks, code_version, progress, write_rows
 from schemas import DatasetManifest, EvalReport, Task
+from tasks.files import write_text_atomic
 from tasks.metrics import buckets, decide, per_task, summarize, task_pass
 from tasks.models import fingerprint
 from tasks.policy import Backend, Sampling, make_backend

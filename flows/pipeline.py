@@ -24,8 +24,8 @@ from flows.config import EvalConfig, GenerateConfig
 from flows.eval import eval_policy
 from flows.generate import run_generate
 from flows.promote import promote_model
-from flows.runtime import write_text_atomic
 from flows.train import train_policy
+from tasks.files import write_text_atomic
 from tasks.gate import GateConfig
 from tasks.train import TrainConfig
 
@@ -70,10 +70,8 @@ def table(evals: dict[str, dict[str, Any]]) -> str:
                           for key, label in ROWS)
 
 
-def _eval_summary(folder: str) -> dict[str, Any]:
-    report = json.loads((Path(folder) / "report.json").read_text(encoding="utf-8"))
-    return {"report": str(Path(folder) / "report.json"), "metrics": report["metrics"],
-            "decision": report["decision"]["action"]}
+def _eval_of(stage: dict[str, Any]) -> dict[str, Any]:
+    return {"report": str(Path(stage["eval"]) / "report.json"), "metrics": stage["metrics"]}
 
 
 def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
@@ -103,10 +101,10 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
     model, parent, stages = None, None, {}
     if evals["baseline"]["decision"] == "sft":
         stages["sft"] = _train(config, dataset, "sft", None, evaluation, None)
-        evals["after SFT"] = _eval_summary(stages["sft"]["eval"])
+        evals["after SFT"] = _eval_of(stages["sft"])
         model, parent = stages["sft"]["adapter"], stages["sft"]["version"]
     stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent)
-    evals["after GRPO"] = _eval_summary(stages["grpo"]["eval"])
+    evals["after GRPO"] = _eval_of(stages["grpo"])
     gate = promote_model(str(out / "registry"), stages["grpo"]["version"], str(out / "eval-baseline"),
                          stages["grpo"]["eval"], GateConfig(seed=config.seed))
     wall = round(time.perf_counter() - t0, 1)

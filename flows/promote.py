@@ -19,8 +19,8 @@ import polars as pl
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from flows.runtime import write_text_atomic
 from schemas import EvalReport
+from tasks.files import write_text_atomic
 from tasks.gate import GateConfig, GateError, gate, markdown
 from tasks.registry import Registry
 

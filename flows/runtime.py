@@ -130,14 +130,6 @@ def write_rows(rows: list[dict[str, Any]] | pl.DataFrame, path: Path, schema: di
     return str(path)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file atomically (temp file beside it, then rename): readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def read_rows(path: str | None) -> list[dict[str, Any]]:
     return pl.read_parquet(path).to_dicts() if path else []
 

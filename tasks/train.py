@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas import Task
 from tasks.agent import openai_tools
+from tasks.files import write_text_atomic
 from tasks.policy import as_text_chat
 from tasks.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 from tasks.validate import reference_completion
@@ -128,9 +129,7 @@ def _claim(out: Path, config: TrainConfig) -> None:
     if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) != mine:
         raise ValueError(f"{out} holds a training run with other options; rerun with the same options to resume it, "
                          "or pass a new --out")
-    tmp = out / ".train_config.json.tmp"
-    tmp.write_text(json.dumps(mine, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(saved)
+    write_text_atomic(saved, json.dumps(mine, indent=2) + "\n")
 
 
 def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task], common: dict[str, Any],
@@ -205,7 +204,5 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
               "base_model": str(base), "resumed_from": resume, "train_s": round(time.perf_counter() - t0, 2),
               "tasks": len(tasks), "heldout_tasks": len(heldout), "config": config.model_dump(),
               "history": [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]}
-    tmp = out / "train_log.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(out / "train_log.json")
+    write_text_atomic(out / "train_log.json", json.dumps(result, indent=2, default=str) + "\n")
     return result

@@ -22,6 +22,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from schemas import Task
+from tasks.files import write_text_atomic
 
 
 class VerifierReward:
@@ -118,6 +119,4 @@ def trim_log(path: Path, last_step: int) -> None:
             continue  # a line torn by a kill
         if row.get("step", 0) <= last_step:
             kept.append(text)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(t + "\n" for t in kept), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(t + "\n" for t in kept))
