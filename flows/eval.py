@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import EvalConfig
-from flows.runtime import chunks, code_version, progress, write_rows
+from flows.runtime import chunks, code_version, link_artifacts, progress, write_rows
 from schemas import DatasetManifest, EvalReport, Task
 from tasks.files import write_text_atomic
 from tasks.metrics import buckets, decide, per_task, summarize, task_pass
@@ -142,6 +142,7 @@ def eval_policy(config: EvalConfig) -> dict[str, Any]:
     report = write_outputs(out, report, frame)
     key = "".join(c if c.isalnum() else "-" for c in f"eval-{dataset['name']}-{config.split}".lower())
     create_markdown_artifact(key=key, markdown=markdown(report), description="baseline evaluation report")
+    link_artifacts(key, {name: out / file for name, file in report.files.items() if file.endswith((".md", ".png", ".svg"))})
     return {"report": str(out / "report.json"), "decision": report.decision.action, "reason": report.decision.reason,
             "metrics": {k: v.model_dump() for k, v in report.metrics.items()}, "batches": counts,
             "wall_s": round(time.perf_counter() - t0, 3)}

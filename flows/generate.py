@@ -30,6 +30,7 @@ from flows.runtime import (
     dask_client,
     dask_overhead,
     files_hash,
+    link_artifacts,
     progress,
     read_rows,
     reason_counts,
@@ -213,6 +214,8 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
                "timings": {**log.timings, "task_wall_s": log.walls, "dask_overhead_s": dask_overhead(),
                            "flow_s": time.perf_counter() - t_start}}
     _artifact(config.dataset_name, summary)
+    link_artifacts(f"dataset-{config.dataset_name}", {"manifest": Path(version_dir) / "manifest.json",
+                                                       "quality": Path(version_dir) / "quality.json"})
     return summary
 
 

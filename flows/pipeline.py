@@ -18,16 +18,20 @@ from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.exceptions import ObjectNotFound
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.config import EvalConfig, GenerateConfig
 from flows.eval import eval_policy
 from flows.generate import run_generate
 from flows.promote import promote_model
+from flows.runtime import link_artifacts
 from flows.train import train_policy
 from tasks.files import write_text_atomic
 from tasks.gate import GateConfig
 from tasks.train import TrainConfig
+
+TRAIN_DEPLOYMENT, PROMOTE_DEPLOYMENT = "train-policy/gpu", "promote/gate"
 
 ROWS = (("success_rate", "success"), ("valid_output_rate", "valid output"), ("correct_tool_rate", "right tool"),
         ("correct_args_rate", "right args"), ("unsafe_action_rate", "unsafe"), ("mean_reward", "mean reward"),
@@ -55,6 +59,9 @@ class RunConfig(BaseModel):
     grpo_learning_rate: float = Field(default=3e-5, gt=0)
     loss_type: str = "dapo"
     train_limit: int | None = Field(default=None, ge=1)
+    gpu_pool: str | None = Field(default=None, description="run training and promotion as deployments on this "
+                                                           "work pool (deploy/prefect.yaml) instead of in process")
+    dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages")
 
 
 def _metric(summary: dict[str, Any], name: str) -> str:
@@ -85,7 +92,40 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         num_generations=config.num_generations, loss_type=config.loss_type,
                         max_completion_length=config.max_tokens, eval_interval=0, eval_limit=config.eval_limit,
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed)
+    if config.gpu_pool:
+        return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
+                                                              "registry": str(out / "registry"), "parent": parent})
     return train_policy(train, evaluation, str(out / "registry"), parent)
+
+
+def _promote(config: RunConfig, version: str, candidate_eval: str) -> dict[str, Any]:
+    args = {"registry": str(Path(config.out) / "registry"), "ref": version,
+            "baseline_eval": str(Path(config.out) / "eval-baseline"), "candidate_eval": candidate_eval,
+            "config": GateConfig(seed=config.seed)}
+    if config.gpu_pool:
+        return downstream(PROMOTE_DEPLOYMENT, None, args)  # promotion needs no GPU: any pool
+    return promote_model(**args)
+
+
+def downstream(name: str, pool: str | None, parameters: dict[str, Any]) -> dict[str, Any]:
+    """Run deployment NAME (on work pool POOL when given), wait for it and return its result."""
+    from prefect import get_client
+    from prefect.deployments import run_deployment
+
+    with get_client(sync_client=True) as client:
+        try:
+            deployment = client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            raise RuntimeError(f"no deployment {name}: start the stack with deploy/start.sh (it deploys "
+                               f"deploy/prefect.yaml) or run without --gpu-pool") from None
+    if pool is not None and deployment.work_pool_name != pool:
+        raise RuntimeError(f"deployment {name} runs on work pool {deployment.work_pool_name!r}, not {pool!r}")
+    params = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in parameters.items()}
+    run = run_deployment(name, parameters=params, timeout=None)
+    if run.state is None or not run.state.is_completed():
+        state = run.state.type.value if run.state else "unknown"
+        raise RuntimeError(f"{name} run {run.name} ended {state}: {run.state.message if run.state else ''}")
+    return run.state.result()
 
 
 @flow(name="flywheel-run")
@@ -93,7 +133,7 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(config.out)
     gen = run_generate(GenerateConfig(env="tool_call", n=config.n, seed=config.seed, out=str(out / "datasets"),
-                                      workers=config.workers))
+                                      workers=config.workers, dask_address=config.dask_address))
     dataset = gen["version_dir"]
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
                             seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature)
@@ -105,8 +145,7 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
         model, parent = stages["sft"]["adapter"], stages["sft"]["version"]
     stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent)
     evals["after GRPO"] = _eval_of(stages["grpo"])
-    gate = promote_model(str(out / "registry"), stages["grpo"]["version"], str(out / "eval-baseline"),
-                         stages["grpo"]["eval"], GateConfig(seed=config.seed))
+    gate = _promote(config, stages["grpo"]["version"], stages["grpo"]["eval"])
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run (seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: the first "
             f"{config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% bootstrap intervals "
@@ -120,4 +159,6 @@ def run_pipeline(config: RunConfig) -> dict[str, Any]:
     write_text_atomic(out / "summary.md", text)
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     create_markdown_artifact(key="flywheel-run", markdown=text, description="end-to-end run: before/after")
+    link_artifacts("flywheel-run", {"summary": out / "summary.md", "dataset": dataset,
+                                    **{name: v["report"] for name, v in evals.items()}})
     return summary

@@ -19,6 +19,7 @@ import polars as pl
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from flows.runtime import link_artifacts
 from schemas import EvalReport
 from tasks.files import write_text_atomic
 from tasks.gate import GateConfig, GateError, gate, markdown
@@ -32,7 +33,7 @@ def _load_eval(folder: Path, flag: str) -> tuple[EvalReport, pl.DataFrame]:
     return EvalReport.model_validate_json(report.read_text(encoding="utf-8")), pl.read_parquet(rollouts)
 
 
-@flow(name="promote")
+@flow(name="promote", persist_result=True)
 def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: str, config: GateConfig,
                   override: str | None = None) -> dict[str, Any]:
     reg = Registry(registry)
@@ -51,6 +52,7 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     write_text_atomic(gates / f"{stem}.json", json.dumps(payload, indent=2) + "\n")
     write_text_atomic(gates / f"{stem}.md", text)
     create_markdown_artifact(key="gate-report", markdown=text, description=f"promotion gate for {version.id}")
+    link_artifacts("gate", {"report": gates / f"{stem}.md", "json": gates / f"{stem}.json"})
     summary = {"version": version.id, "passed": result.passed, "failures": result.failures(),
                "success_delta": result.success_delta, "success_ci": result.success_ci,
                "report": str(gates / f"{stem}.md"), "event": None}

@@ -42,6 +42,36 @@ def set_progress(callback: Callable[[str, int, int], None] | None) -> None:
 
 def progress(stage: str, done: int, total: int) -> None:
     _progress(stage, done, total)
+    _progress_artifact(stage, done, total)
+
+
+_artifacts: dict[tuple[str, str], Any] = {}
+
+
+def link_artifacts(key: str, files: dict[str, str | Path]) -> None:
+    """Link artifacts (file:// URIs) to a run's reports and plots, keyed KEY-LABEL, so the UI points at them."""
+    from prefect.artifacts import create_link_artifact
+
+    for label, path in files.items():
+        slug = "".join(c if c.isalnum() else "-" for c in f"{key}-{label}".lower())
+        create_link_artifact(Path(path).resolve().as_uri(), link_text=Path(path).name, key=slug,
+                             description=f"{label}: {path}")
+
+
+def _progress_artifact(stage: str, done: int, total: int) -> None:
+    """Inside a flow run, a Prefect progress artifact per stage, so a person watching the UI sees long work move."""
+    from prefect.artifacts import create_progress_artifact, update_progress_artifact
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    if ctx is None or total <= 0:
+        return
+    key = (str(ctx.flow_run.id), stage)
+    pct = round(100.0 * min(done, total) / total, 1)
+    if key not in _artifacts:
+        _artifacts[key] = create_progress_artifact(pct, description=f"{stage}: {done}/{total}")
+    else:
+        update_progress_artifact(_artifacts[key], pct, description=f"{stage}: {done}/{total}")
 
 
 @contextmanager

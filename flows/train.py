@@ -16,9 +16,11 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.concurrency.sync import concurrency
 
 from flows.config import EvalConfig
 from flows.eval import eval_policy
+from flows.runtime import link_artifacts, progress
 from schemas import EvalReport
 from tasks.models import adapter_base, fingerprint
 from tasks.publish import read_manifest
@@ -26,6 +28,7 @@ from tasks.registry import Registry
 from tasks.train import TrainConfig, train
 from verifiers import get_verifier
 
+GPU_LIMIT = "gpu"
 COLUMNS = ("step", "loss", "reward", "train_invalid_rate", "train_unsafe_rate", "step_time_s", "heldout_reward",
            "heldout_success", "heldout_invalid_rate", "heldout_unsafe_rate")
 
@@ -36,8 +39,12 @@ def train_adapter(config: TrainConfig) -> dict[str, Any]:
 
     def notify(row: dict[str, Any]) -> None:
         logger.info("step %s: %s", row["step"], {k: row[k] for k in COLUMNS[1:] if k in row})
+        progress(f"train-{config.method}", row["step"], config.max_steps)
 
-    return train(config, notify)
+    # the global concurrency limit "gpu" (deploy/start.sh creates it, 1 slot per GPU) queues a second training;
+    # without that limit (embedded runs) this does nothing
+    with concurrency(GPU_LIMIT, occupy=1):
+        return train(config, notify)
 
 
 def history_markdown(result: dict[str, Any]) -> str:
@@ -67,12 +74,13 @@ def lineage(config: TrainConfig, result: dict[str, Any], parent: str | None) -> 
             "parent": parent}
 
 
-@flow(name="train-policy")
+@flow(name="train-policy", persist_result=True)
 def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, registry: str | None = None,
                  parent: str | None = None) -> dict[str, Any]:
     result = train_adapter(config)
     create_markdown_artifact(key=f"train-{config.method}", markdown=history_markdown(result),
                              description=f"{config.method} training log")
+    link_artifacts(f"train-{config.method}", {"metrics": Path(config.out) / "metrics.jsonl", "adapter": result["adapter"]})
     summary = {"adapter": result["adapter"], "train_s": result["train_s"], "history": result["history"],
                "eval": None, "version": None, "metrics": {}}
     if evaluation is not None:

@@ -1,0 +1,51 @@
+"""Entry flows for deploy/prefect.yaml: flat parameters, so a person can type them in the Prefect UI or run
+``prefect deployment run 'generate-dataset/on-demand' --param seed=7 --param n=200``.
+
+Contract: each entry flow has the same name as the flow its CLI command runs (``generate-dataset``,
+``flywheel-run``), builds the typed config (a bad parameter fails the run before any work, with pydantic's
+message) and runs that flow's body in this flow run, so the UI shows one flow with runs from the CLI and from
+deployments alike. ``train-policy``, ``baseline-eval`` and ``promote`` take their typed configs directly.
+Task results persist where ``PREFECT_RESULTS_LOCAL_STORAGE_PATH`` points (deploy/start.sh sets it for the
+workers), so a rerun with unchanged parameters is served from the cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from flows.config import GenerateConfig
+from flows.generate import generate_dataset
+from flows.pipeline import RunConfig, run_pipeline
+
+
+def scheduled_seed() -> int:
+    """A scheduled run without a seed uses its scheduled date (YYYYMMDD): each night new data, a rerun of
+    the same night the same data."""
+    start = flow_run.scheduled_start_time
+    return int(start.strftime("%Y%m%d"))
+
+
+@flow(name="generate-dataset", persist_result=True)
+def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "tool_call", name: str | None = None,
+                   workers: int = 2, dask_address: str | None = None, backend: str = "sampler",
+                   model: str | None = None, base_url: str | None = None, heldout_fraction: float = 0.2,
+                   max_candidates: int | None = None, parents: list[str] | None = None) -> dict[str, Any]:
+    config = GenerateConfig(out=out, n=n, seed=scheduled_seed() if seed is None else seed, env=env, name=name,
+                            workers=workers, dask_address=dask_address, backend=backend, model=model,
+                            base_url=base_url, heldout_fraction=heldout_fraction, max_candidates=max_candidates,
+                            parents=tuple(parents or ()))
+    return generate_dataset.fn(config)
+
+
+@flow(name="flywheel-run", persist_result=True)
+def pipeline_entry(out: str, seed: int = 0, n: int = 300, eval_limit: int = 48, sft_steps: int = 60,
+                   grpo_steps: int = 4, num_generations: int = 8, max_tokens: int = 64,
+                   train_limit: int | None = None, gpu_pool: str | None = None,
+                   dask_address: str | None = None) -> dict[str, Any]:
+    config = RunConfig(out=out, seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps, grpo_steps=grpo_steps,
+                       num_generations=num_generations, max_tokens=max_tokens, train_limit=train_limit,
+                       gpu_pool=gpu_pool, dask_address=dask_address)
+    return run_pipeline.fn(config)
