@@ -15,6 +15,7 @@ case $cmd in
   start)
     mkdir -p "$dir"
     [ "$(id -u)" = 0 ] && chown postgres "$dir"
+    as_pg test -w "$dir" || { echo "user postgres cannot write $dir: every parent folder must be traversable (e.g. use /tmp/NAME)" >&2; exit 2; }
     if [ ! -f "$dir/data/PG_VERSION" ]; then
       as_pg "$bin/initdb" -D "$dir/data" -U prefect --auth=trust -E UTF8 >"$dir/initdb.log"
     fi

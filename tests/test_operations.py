@@ -1,0 +1,157 @@
+"""The operations stack as a user runs it: deploy/postgres.sh (Debian's PostgreSQL on 127.0.0.1), deploy/start.sh
+(Prefect server on that database, work pools, the gpu concurrency limit, deploy/prefect.yaml, workers), runs
+triggered through the API, and kills of the worker and the server in the middle of a run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+from tasks.publish import read_manifest
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = {"generate-variants", "exact-dedupe", "validate", "near-dedupe", "quality-suite", "split-decontaminate"}
+
+
+def _sh(*args: str, env: dict | None = None) -> str:
+    done = subprocess.run(["bash", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, f"{args}: {done.stdout[-1500:]}{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[dict]:
+    home = tmp_path_factory.mktemp("home")
+    pg = Path(tempfile.mkdtemp(prefix="flywheel-pg-"))  # pytest's folders are private: user postgres cannot enter
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    url = _sh("deploy/postgres.sh", "start", str(pg), str(free_port())).strip().splitlines()[-1]
+    port = free_port()
+    start = ["deploy/start.sh", "--home", str(home), "--port", str(port), "--db", url]
+    try:
+        out = _sh(*start, env=env)
+        assert f"Prefect UI: http://127.0.0.1:{port}" in out
+        yield {"home": home, "api": f"http://127.0.0.1:{port}/api", "start": start, "env": env, "db": url}
+    finally:
+        subprocess.run(["bash", "deploy/stop.sh", "--home", str(home)], cwd=ROOT, timeout=120)
+        subprocess.run(["bash", "deploy/postgres.sh", "stop", str(pg)], cwd=ROOT, timeout=120)
+        shutil.rmtree(pg, ignore_errors=True)
+
+
+def _client(stack: dict):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    class Bound:  # a sync client bound to the stack's API, whatever this pytest session's default API is
+        def __enter__(self):
+            self.settings = temporary_settings({PREFECT_API_URL: stack["api"]})
+            self.settings.__enter__()
+            self.client = get_client(sync_client=True).__enter__()
+            return self.client
+
+        def __exit__(self, *exc):
+            self.client.__exit__(*exc)
+            self.settings.__exit__(*exc)
+
+    return Bound()
+
+
+def _trigger(stack: dict, name: str, params: dict):
+    with _client(stack) as client:
+        deployment = client.read_deployment_by_name(name)
+        return client.create_flow_run_from_deployment(deployment.id, parameters=params)
+
+
+def _wait(stack: dict, run_id, until=lambda run: run.state.is_final(), timeout: float = 400):
+    deadline = time.time() + timeout
+    with _client(stack) as client:
+        while True:
+            run = client.read_flow_run(run_id)
+            if until(run):
+                return run
+            assert time.time() < deadline, f"flow run {run.name} still {run.state.type} after {timeout} s"
+            time.sleep(1)
+
+
+def _task_states(stack: dict, run_id) -> dict[str, str]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with _client(stack) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+    return {r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
+
+
+def _artifacts(stack: dict, run_id) -> dict[str, object]:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with _client(stack) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+    return {a.key or f"{a.type}-{a.id}": a for a in found}
+
+
+def _versions(stack: dict) -> list[Path]:
+    root = Path(stack["home"]) / "datasets" / "tool_call"
+    return sorted(p for p in root.iterdir()) if root.is_dir() else []
+
+
+def test_on_demand_generation_through_the_api_on_postgres_then_from_cache(stack) -> None:
+    with _client(stack) as client:
+        names = {f"{d.name}" for d in client.read_deployments()}
+        limit = client.read_global_concurrency_limit_by_name("gpu")
+        pools = {p.name: p.type for p in client.read_work_pools()}
+    assert {"on-demand", "nightly", "held-out", "gpu", "gate", "end-to-end"} <= names
+    assert limit.limit == 1 and pools == {"cpu": "process", "gpu": "process"}
+    first = _wait(stack, _trigger(stack, "generate-dataset/on-demand", {"seed": 7, "n": 60}).id)
+    assert first.state.is_completed(), first.state.message
+    [version] = _versions(stack)
+    manifest = read_manifest(version)
+    assert manifest.run_seed == 7 and manifest.counts["train"] + manifest.counts["heldout"] == 60
+    artifacts = _artifacts(stack, first.id)
+    table = artifacts["dataset-tool-call"].data
+    assert "| generate |" in table and version.name in table
+    assert (version / "manifest.json").as_uri() in artifacts["dataset-tool-call-manifest"].data
+    assert any(a.type == "progress" for a in artifacts.values())
+    states = _task_states(stack, first.id)
+    assert STAGES <= set(states) and all(states[s] == "Completed" for s in STAGES)
+
+    second = _wait(stack, _trigger(stack, "generate-dataset/on-demand", {"seed": 7, "n": 60}).id)
+    assert second.state.is_completed()
+    states = _task_states(stack, second.id)
+    assert all(states[s] == "Cached" for s in STAGES), states
+    assert _versions(stack) == [version]  # same parameters: the same version, published once
+    assert "postgresql" in stack["db"]
+
+
+def _kill_mid_run(stack: dict, pidfile: str, sig: int, params: dict):
+    run = _trigger(stack, "generate-dataset/on-demand", params)
+    _wait(stack, run.id, until=lambda r: r.state.is_running() and "generate-variants" in _task_states(stack, r.id))
+    os.kill(int((Path(stack["home"]) / pidfile).read_text()), sig)
+    time.sleep(2)
+    _sh(*stack["start"], env=stack["env"])  # brings back whatever is down; leaves the rest alone
+    return run
+
+
+@pytest.mark.parametrize(("pidfile", "seed"), [("worker-cpu.pid", 21), ("server.pid", 22)])
+def test_killed_worker_or_server_then_rerun_loses_and_duplicates_nothing(stack, pidfile: str, seed: int) -> None:
+    """SIGKILL mid-run, start.sh brings the process back; the run ends (its flow process outlives the worker and
+    retries the API while the server restarts) and a rerun with the same parameters completes: one version."""
+    params = {"seed": seed, "n": 400}
+    run = _kill_mid_run(stack, pidfile, signal.SIGKILL, params)
+    final = _wait(stack, run.id)
+    assert final.state.is_completed() or final.state.type.value in {"FAILED", "CRASHED"}, final.state
+    rerun = _wait(stack, _trigger(stack, "generate-dataset/on-demand", params).id)
+    assert rerun.state.is_completed(), rerun.state.message
+    seeds = [read_manifest(v).run_seed for v in _versions(stack)]
+    assert seeds.count(seed) == 1, (final.state, seeds)
+    assert not list((Path(stack["home"]) / "datasets" / "tool_call").glob(".tmp-*"))
+    if final.state.is_completed():
+        assert all(s in {"Cached", "Completed"} for s in _task_states(stack, rerun.id).values())
