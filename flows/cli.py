@@ -358,6 +358,9 @@ def run_(
     num_generations: int = typer.Option(8, help="GRPO completions per prompt."),
     max_tokens: int = typer.Option(64, help="Max new tokens per completion (training and eval)."),
     train_limit: int = typer.Option(None, help="Train on the first N train tasks only."),
+    gpu_pool: str = typer.Option(None, help="Run training and promotion as deployments on this work pool "
+                                            "(needs PREFECT_API_URL of a deploy/start.sh server)."),
+    dask_address: str = typer.Option(None, help="Dask scheduler for the dataset stages."),
 ) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
     from flows.pipeline import RunConfig, run_pipeline
@@ -365,7 +368,7 @@ def run_(
     try:
         config = RunConfig(out=str(out), seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
                            grpo_steps=grpo_steps, num_generations=num_generations, max_tokens=max_tokens,
-                           train_limit=train_limit)
+                           train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address)
         summary = _with_progress(lambda: run_pipeline(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
@@ -378,6 +381,25 @@ def run_(
     typer.echo((out / "summary.md").read_text(encoding="utf-8"))
     if not summary["gate"]["passed"]:
         fail("the gate rejected the trained model: production was not moved (see the gate report above)")
+
+
+@app.command()
+def ingest(
+    trajectories: Path = typer.Option(..., help="JSONL of production trajectories (OpenAI chat format)."),
+    dataset: Path = typer.Option(..., help="Published dataset version to extend (OUT/NAME/VERSION)."),
+    threshold: float = typer.Option(0.8, help="MinHash Jaccard at which a new task is a near duplicate."),
+) -> None:
+    """Re-score production trajectories, bucket the failures, add them as held-out regression tasks (new version)."""
+    from flows.ingest import IngestConfig, ingest_trajectories
+
+    try:
+        summary = ingest_trajectories(IngestConfig(trajectories=str(trajectories), dataset=str(dataset), threshold=threshold))
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(_one_line(exc))
+    err.print(f"buckets   {json.dumps(summary['buckets'], sort_keys=True)}", highlight=False)
+    err.print(f"report    {summary['report']}", highlight=False)
+    err.print(f"added     {summary['added']} held-out regression tasks", highlight=False)
+    typer.echo(summary["version_dir"])
 
 
 @app.command()

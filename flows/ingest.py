@@ -1,0 +1,120 @@
+"""The ``ingest-trajectories`` flow (``flywheel ingest``): production trajectories -> re-scored with the current
+verifiers -> failure buckets -> new held-out regression tasks -> a new dataset version.
+
+Contract: reads the trajectories (a bad line fails the run before anything is written), re-scores each one
+(tasks/ingest.py), turns failures into held-out tasks, drops those already in the dataset (same task id), near
+duplicates of each other or of existing held-out tasks, and those contaminated by train (n-gram overlap or
+MinHash near-duplicate, as the split stage checks), then publishes train unchanged and held-out = old + new as
+a new version of the same dataset (atomic; parent = the input version), so the next gate includes them. Every
+trajectory lands in OUT/ingest-<version>/trajectories.parquet with its bucket; nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.runtime import REJECT_SCHEMA, code_version, link_artifacts, write_rows
+from tasks.dedupe import NearDupParams, near_duplicates
+from tasks.files import write_text_atomic
+from tasks.ingest import read_trajectories, rescore
+from tasks.publish import publish, read_manifest
+from tasks.seeds import env_paths, load_tools
+from tasks.split import contamination
+
+SCORED_SCHEMA = {"trajectory": pl.String, "env": pl.String, "bucket": pl.String, "reward": pl.Float64,
+                 "detail": pl.String, "disagrees": pl.Boolean, "task": pl.String, "prompt": pl.String,
+                 "kept": pl.String}
+
+
+class IngestConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trajectories: str = Field(min_length=1, description="JSONL of OpenAI-format production trajectories")
+    dataset: str = Field(min_length=1, description="the published version the regression tasks extend")
+    threshold: float = Field(default=0.8, gt=0.0, le=1.0, description="MinHash Jaccard of a near duplicate")
+
+
+def _new_rows(scored: list[dict[str, Any]], heldout: pl.DataFrame, train: pl.DataFrame,
+              threshold: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Held-out rows for the failures that survive dedupe and decontamination; the verdict per trajectory."""
+    fails = [r for r in scored if r["task"]]
+    known = set(heldout["id"]) | set(train["id"])
+    verdict, rows = {}, []
+    params = NearDupParams(threshold=threshold)
+    ids = [json.loads(r["task"])["id"] for r in fails]
+    near = near_duplicates(ids, [r["prompt"] for r in fails], params, list(heldout["id"]), list(heldout["prompt"]))
+    leak = contamination(list(train["prompt"]), [r["prompt"] for r in fails], params)
+    start = int(max(heldout["k"].max() or 0, train["k"].max() or 0)) + 1
+    for r, tid, keep, dup, bad in zip(fails, ids, near.keep, near.duplicate_of, leak):
+        if tid in known:
+            verdict[r["trajectory"]] = "duplicate: already in the dataset"
+        elif not keep:
+            verdict[r["trajectory"]] = f"near duplicate of {dup}"
+        elif bad is not None:
+            verdict[r["trajectory"]] = f"{bad[0]}: {bad[1]}"
+        else:
+            known.add(tid)
+            verdict[r["trajectory"]] = "added"
+            t = json.loads(r["task"])
+            rows.append({"k": start + len(rows), "id": tid, "env": r["env"], "seed_id": t["meta"]["seed_id"],
+                         "category": "regression", "tool": t["reference"]["calls"][0]["tool"], "prompt": r["prompt"],
+                         "row_seed": None, "task": r["task"], "cluster_id": tid, "group_id": tid, "split": "heldout"})
+    return rows, verdict
+
+
+@task(name="rescore-trajectories", cache_policy=NO_CACHE)
+def rescore_all(config: IngestConfig, env: str, system: str) -> list[dict[str, Any]]:
+    trajectories = read_trajectories(Path(config.trajectories))
+    catalog = load_tools(env_paths(env)[1])
+    return [rescore(t, catalog, system) for t in trajectories]
+
+
+def _markdown(version: str, scored: pl.DataFrame, added: int) -> str:
+    counts = Counter(scored["bucket"])
+    lines = [f"# Ingest -> {version}", "", f"{scored.height} trajectories re-scored; {added} new held-out regression "
+             "tasks.", "", "| bucket | trajectories |", "|---|---:|"]
+    lines += [f"| {b} | {n} |" for b, n in sorted(counts.items())]
+    lines += ["", "| what became of a failure | trajectories |", "|---|---:|"]
+    kept = Counter(k.split(":")[0] for k in scored["kept"] if k)
+    lines += [f"| {k} | {n} |" for k, n in sorted(kept.items())] or ["| (no failures) | 0 |"]
+    gaps = int(scored["disagrees"].sum())
+    return "\n".join(lines) + f"\n\nVerifier passes on failed production outcomes (look at these): {gaps}\n"
+
+
+@flow(name="ingest-trajectories")
+def ingest_trajectories(config: IngestConfig) -> dict[str, Any]:
+    src = Path(config.dataset)
+    manifest = read_manifest(src)
+    train, heldout = pl.read_parquet(src / "train.parquet"), pl.read_parquet(src / "heldout.parquet")
+    system = json.loads(heldout["task"][0])["messages"][0]["content"]
+    scored = rescore_all(config, manifest.env, system)
+    rows, verdict = _new_rows(scored, heldout, train, config.threshold)
+    frame = pl.DataFrame([r | {"kept": verdict.get(r["trajectory"], "")} for r in scored], schema=SCORED_SCHEMA)
+    frames = {"train": train, "heldout": pl.concat([heldout, pl.DataFrame(rows, schema=heldout.schema)]),
+              "rejected": pl.read_parquet(src / "rejected.parquet").select(list(REJECT_SCHEMA))}
+    counts = {**manifest.counts, "heldout": frames["heldout"].height, "regression_added": len(rows)}
+    fields = {"env": manifest.env, "counts": counts, "stage_counts": manifest.stage_counts,
+              "reject_reasons": manifest.reject_reasons, "run_seed": manifest.run_seed, "code_version": code_version(),
+              "seeds_hash": manifest.seeds_hash, "parents": (str(src.resolve()),),
+              "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "params": {**manifest.params, "ingest": {"trajectories": str(Path(config.trajectories).resolve()),
+                                                       "threshold": config.threshold, "added": len(rows)}}}
+    version = publish(src.parent.parent, manifest.name, frames, fields) if rows else src
+    out = version.parent / f"ingest-{version.name}"
+    write_rows(frame, out / "trajectories.parquet", SCORED_SCHEMA)
+    text = _markdown(version.name, frame, len(rows))
+    write_text_atomic(out / "report.md", text)
+    create_markdown_artifact(key="ingest", markdown=text, description="production trajectories re-scored")
+    link_artifacts("ingest", {"report": out / "report.md", "version": version / "manifest.json"})
+    return {"version_dir": str(version), "added": len(rows), "buckets": dict(Counter(frame["bucket"])),
+            "report": str(out / "report.md"), "trajectories": str(out / "trajectories.parquet")}

@@ -1,0 +1,145 @@
+"""The production flywheel's first half: logged trajectories -> re-scored, bucketed -> regression tasks.
+
+Contract:
+- ``read_trajectories(path)`` parses JSONL in the OpenAI chat format (one trajectory per line: ``id``, ``env``,
+  ``messages`` with ``tool_calls`` and ``tool`` observations, ``outcome``, ``interventions``) and fails with the
+  line number and the field on the first bad line: nothing is ingested from a half-understood file.
+- ``rescore(trajectory, tools, system)`` scores the agent's first action with the current verifier. The expected
+  call comes from a human correction (an intervention with ``tool_calls``) or, when the outcome says success and
+  nobody intervened, from the agent's own call. Without either there is nothing to score against: bucket
+  ``no_reference``. Buckets: ``passed``, a verifier failure class, ``no_reference``, ``unknown_tool``,
+  ``invalid_reference`` (the corrected call does not itself score 1.0, e.g. breaks the tool's schema),
+  ``unsupported_env``; ``disagrees`` marks a verifier pass on a failed outcome (a verifier gap to look at).
+- A scored failure becomes a held-out regression Task: the user's request, the env's system prompt, the
+  catalog's tools named in the trajectory, the corrected call as reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
+from schemas.records import Record
+from verifiers import get_verifier
+
+SUPPORTED_ENVS = ("tool_call",)
+
+
+class Outcome(Record):
+    success: bool | None = None
+    error: str | None = None
+
+
+class Intervention(Record):
+    """A human stepping in: ``correction`` (the call the agent should have made), ``takeover`` or ``abort``."""
+
+    message_index: int = Field(ge=0, description="the assistant message it replaces or stops")
+    kind: Literal["correction", "takeover", "abort"]
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    note: str = ""
+
+
+class Trajectory(Record):
+    id: str = Field(min_length=1)
+    env: str = "tool_call"
+    messages: tuple[Message, ...] = Field(min_length=2)
+    tools: tuple[dict[str, Any], ...] = ()
+    outcome: Outcome = Outcome()
+    interventions: tuple[Intervention, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class IngestError(ValueError):
+    """The trajectories file cannot be ingested as is; the message names the line and what to fix."""
+
+
+def read_trajectories(path: Path) -> list[Trajectory]:
+    if not path.is_file():
+        raise IngestError(f"--trajectories {path}: no such file (JSONL, one OpenAI-format trajectory per line)")
+    out, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            traj = Trajectory.model_validate_json(line)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "(line)"
+            raise IngestError(f"{path}:{n}: {where}: {err['msg']}") from None
+        if traj.id in seen:
+            raise IngestError(f"{path}:{n}: trajectory id {traj.id!r} appears twice; ids must be unique")
+        seen.add(traj.id)
+        out.append(traj)
+    if not out:
+        raise IngestError(f"{path} has no trajectories")
+    return out
+
+
+def _call(tool_call: dict[str, Any]) -> ToolCall:
+    """An OpenAI tool call ({"function": {"name", "arguments": JSON text}}) as a ToolCall."""
+    fn = tool_call.get("function", tool_call)
+    args = fn.get("arguments", {})
+    return ToolCall(tool=fn["name"], args=json.loads(args) if isinstance(args, str) else args)
+
+
+def agent_completion(traj: Trajectory) -> tuple[int, str] | None:
+    """The first assistant message (index, completion text as the policy would have written it)."""
+    for i, m in enumerate(traj.messages):
+        if m.role == "assistant":
+            if m.tool_calls:
+                call = _call(m.tool_calls[0])
+                return i, canonical_json({"tool": call.tool, "args": call.args})
+            return i, m.content or ""
+    return None
+
+
+def expected_calls(traj: Trajectory) -> tuple[ToolCall, ...]:
+    fixes = [iv for iv in traj.interventions if iv.kind == "correction" and iv.tool_calls]
+    if fixes:
+        return tuple(_call(c) for c in fixes[0].tool_calls)
+    first = next((m for m in traj.messages if m.role == "assistant"), None)
+    if traj.outcome.success and not traj.interventions and first is not None and first.tool_calls:
+        return tuple(_call(c) for c in first.tool_calls)
+    return ()
+
+
+def _tool_names(traj: Trajectory, calls: tuple[ToolCall, ...]) -> list[str]:
+    offered = [t.get("function", t).get("name") for t in traj.tools]
+    return list(dict.fromkeys([n for n in offered if n] + [c.tool for c in calls]))
+
+
+def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], system: str) -> dict[str, Any]:
+    """One row: trajectory id, bucket, reward, detail and (for failures) the regression Task JSON."""
+    row: dict[str, Any] = {"trajectory": traj.id, "env": traj.env, "bucket": "", "reward": None, "detail": "",
+                           "disagrees": False, "task": None, "prompt": ""}
+    user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
+    action = agent_completion(traj)
+    if traj.env not in SUPPORTED_ENVS:
+        return row | {"bucket": "unsupported_env", "detail": f"ingest supports {SUPPORTED_ENVS}"}
+    try:
+        calls = expected_calls(traj)
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        return row | {"bucket": "no_reference", "detail": f"unreadable corrected call: {exc}"}
+    if not calls or user is None or action is None:
+        return row | {"bucket": "no_reference", "detail": "no user request, agent action, correction or successful outcome"}
+    unknown = [n for n in _tool_names(traj, calls) if n not in catalog]
+    if unknown:
+        return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}
+    task = Task(env=traj.env, messages=(Message(role="system", content=system), Message(role="user", content=user)),
+                tools=tuple(catalog[n] for n in _tool_names(traj, calls)), reference=Reference(calls=calls),
+                meta=TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression"))
+    verifier = get_verifier(traj.env)
+    own = verifier.verify(task, canonical_json({"tool": calls[0].tool, "args": calls[0].args}))
+    if own.reward != 1.0:  # a correction the verifier itself rejects would make an unpassable task
+        return row | {"bucket": "invalid_reference", "detail": f"the expected call scores {own.reward}: {own.details}"}
+    verdict = verifier.verify(task, action[1])
+    passed = verdict.reward == 1.0
+    row |= {"bucket": "passed" if passed else verdict.failure_class or "failed", "reward": verdict.reward,
+            "detail": verdict.details, "disagrees": passed and traj.outcome.success is False, "prompt": user}
+    if not passed:
+        row["task"] = task.model_dump_json()
+    return row

@@ -1,0 +1,92 @@
+"""flywheel ingest: production trajectories re-scored, bucketed, failures -> held-out regression tasks in a new
+dataset version (deduplicated, decontaminated against train); bad files fail with the line and field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from flows.config import EvalConfig
+from flows.eval import load_split
+from flows.ingest import IngestConfig, ingest_trajectories
+from tasks.ingest import IngestError
+from tasks.publish import read_manifest
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+EXAMPLES = Path(__file__).resolve().parents[1] / "datasets" / "examples" / "trajectories.jsonl"
+
+
+def _copy(version: str, tmp_path: Path) -> Path:
+    dst = tmp_path / "tool_call" / Path(version).name
+    shutil.copytree(version, dst)
+    return dst
+
+
+def _from_task(task: dict, tid: str, args_update: dict, tools_order: int = 1) -> dict:
+    """A logged trajectory for TASK's request: the agent's call with ARGS_UPDATE, corrected to the reference."""
+    ref = task["reference"]["calls"][0]
+    fn = lambda args: {"type": "function", "function": {"name": ref["tool"], "arguments": json.dumps(args)}}
+    return {"id": tid, "messages": [task["messages"][1], {"role": "assistant", "tool_calls": [fn(ref["args"] | args_update)]}],
+            "tools": [{"type": "function", "function": {"name": t["name"]}} for t in task["tools"][::tools_order]],
+            "outcome": {"success": False},
+            "interventions": [{"message_index": 1, "kind": "correction", "tool_calls": [fn(ref["args"])]}]}
+
+
+def test_failures_become_deduplicated_heldout_regression_tasks(tool_dataset, tmp_path) -> None:
+    src = _copy(tool_dataset, tmp_path)
+    held, train = pl.read_parquet(src / "heldout.parquet"), pl.read_parquet(src / "train.parquet")
+    lines = EXAMPLES.read_text().splitlines()
+    near = json.loads(lines[0]) | {"id": "prod-0001-again"}  # the same request again, one word more
+    near["messages"][1] = near["messages"][1] | {"content": near["messages"][1]["content"] + " Thanks."}
+    known = _from_task(json.loads(held["task"][0]), "prod-known", {"zzz": 1})  # already a held-out task
+    leaked = _from_task(json.loads(train["task"][0]), "prod-leak", {"zzz": 2}, -1)  # a train request, tools reordered
+    lines += [json.dumps(near), json.dumps(known), json.dumps(leaked)]
+    (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
+    summary = ingest_trajectories(IngestConfig(trajectories=str(tmp_path / "t.jsonl"), dataset=str(src)))
+
+    assert summary["added"] == 3
+    assert summary["buckets"] == {"unsafe_action": 2, "wrong_args": 1, "format_error": 1, "passed": 1,
+                                  "no_reference": 1, "unknown_tool": 1, "schema_violation": 2}
+    scored = pl.read_parquet(summary["trajectories"])
+    kept = dict(zip(scored["trajectory"], scored["kept"]))
+    assert [kept[t] for t in ("prod-0001", "prod-0002", "prod-0003")] == ["added"] * 3
+    assert kept["prod-0001-again"].startswith("near duplicate of")
+    assert kept["prod-known"] == "duplicate: already in the dataset"
+    assert kept["prod-leak"].startswith("ngram_overlap") and kept["prod-0004"] == ""
+    assert scored.height == 9  # every trajectory is accounted for
+
+    new = Path(summary["version_dir"])
+    assert new.parent == src.parent and new != src
+    manifest = read_manifest(new)
+    assert manifest.parents == (str(src.resolve()),) and manifest.counts["regression_added"] == 3
+    assert (new / "train.parquet").read_bytes() != b"" and pl.read_parquet(new / "train.parquet").equals(train)
+    new_held = pl.read_parquet(new / "heldout.parquet")
+    assert new_held.height == held.height + 3 and new_held.head(held.height).equals(held)
+    tasks, _, _ = load_split(EvalConfig(dataset=str(new), out=str(tmp_path / "eval")))
+    regression = [t for t in tasks if t.meta.generator == "ingest"]
+    assert {t.meta.seed_id for t in regression} == {"prod:prod-0001", "prod:prod-0002", "prod:prod-0003"}
+    archive = next(t for t in regression if t.meta.seed_id == "prod:prod-0001")
+    assert archive.reference.calls[0].tool == "projects.archive_project"
+
+    again = ingest_trajectories(IngestConfig(trajectories=str(tmp_path / "t.jsonl"), dataset=str(src)))
+    assert again["version_dir"] == summary["version_dir"]  # same input, same version: published once
+    assert sorted(p.name for p in src.parent.iterdir() if p.name.startswith("v-")) == sorted([src.name, new.name])
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}', r"t.jsonl:2: messages: .*at least 2"),
+    ('{"id": "a", "messages": [{"role": "robot", "content": "x"}, {"role": "user", "content": "y"}]}',
+     r"t.jsonl:2: messages.0.role: Input should be"),
+    ("not json", r"t.jsonl:2: .*Invalid JSON"),
+    (EXAMPLES.read_text().splitlines()[0], r"t.jsonl:2: trajectory id 'prod-0001' appears twice"),
+])
+def test_a_bad_line_fails_with_its_number_and_writes_nothing(tool_dataset, tmp_path, line: str, message: str) -> None:
+    src = _copy(tool_dataset, tmp_path)
+    (tmp_path / "t.jsonl").write_text(EXAMPLES.read_text().splitlines()[0] + "\n" + line + "\n")
+    with pytest.raises(IngestError, match=message):
+        ingest_trajectories(IngestConfig(trajectories=str(tmp_path / "t.jsonl"), dataset=str(src)))
+    assert [p.name for p in src.parent.iterdir()] == [src.name]
