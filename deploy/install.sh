@@ -15,6 +15,14 @@ if ! command -v bwrap >/dev/null; then
     echo "warning: the code sandbox needs bubblewrap: run 'sudo apt-get install bubblewrap'" >&2
   fi
 fi
+# deploy/postgres.sh (and the operations test) run Debian's PostgreSQL for the Prefect server's database.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q postgresql >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; }
+  else
+    echo "warning: deploy/postgres.sh needs PostgreSQL: run 'sudo apt-get install postgresql'" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip_q .venv/bin/pip install torch==2.13.0
 pip_q .venv/bin/pip install -c constraints.txt -e ".[dev]"

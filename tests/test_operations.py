@@ -4,6 +4,7 @@ triggered through the API, and kills of the worker and the server in the middle 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -155,3 +156,23 @@ def test_killed_worker_or_server_then_rerun_loses_and_duplicates_nothing(stack, 
     assert not list((Path(stack["home"]) / "datasets" / "tool_call").glob(".tmp-*"))
     if final.state.is_completed():
         assert all(s in {"Cached", "Completed"} for s in _task_states(stack, rerun.id).values())
+
+
+def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> None:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    out = Path(stack["home"]) / "runs" / "tiny"
+    params = {"out": str(out), "n": 40, "eval_limit": 4, "sft_steps": 2, "grpo_steps": 1, "num_generations": 2,
+              "max_tokens": 16, "gpu_pool": "gpu"}
+    run = _wait(stack, _trigger(stack, "flywheel-run/end-to-end", params).id, timeout=900)
+    assert run.state.is_completed(), run.state.message
+    with _client(stack) as client:
+        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
+        deployments = {d.id: f"{d.name}@{d.work_pool_name}" for d in client.read_deployments()}
+    launched = sorted(deployments[c.deployment_id] for c in children if c.deployment_id)
+    assert launched == ["gate@cpu", "gpu@gpu", "gpu@gpu"]  # SFT and GRPO on the gpu pool, then the gate
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["stages"]) == {"sft", "grpo"} and summary["gate"]["version"] == summary["stages"]["grpo"]["version"]
+    assert (out / "registry").is_dir() and "gate-report" in _artifacts(stack, next(
+        c.id for c in children if deployments.get(c.deployment_id) == "gate@cpu"))

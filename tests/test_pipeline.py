@@ -54,3 +54,10 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert Path(lineage["eval_report_path"]).is_file() and lineage["ancestry"][0]["id"] == sft.id
     assert Path(lineage["ancestry"][0]["eval_report"]).is_file() and lineage["ancestry"][0]["method"] == "sft"
     assert gate["version"] == grpo.id and gate["candidate_eval"] == summary["stages"]["grpo"]["eval"]
+
+
+def test_a_gpu_pool_without_its_deployment_is_a_clear_error(prefect_api) -> None:
+    from flows.pipeline import TRAIN_DEPLOYMENT, downstream
+
+    with pytest.raises(RuntimeError, match="no deployment train-policy/gpu: start the stack with deploy/start.sh"):
+        downstream(TRAIN_DEPLOYMENT, "gpu", {})
