@@ -11,7 +11,6 @@ trajectory lands in OUT/ingest-<version>/trajectories.parquet with its bucket; n
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,8 +23,10 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.runtime import REJECT_SCHEMA, code_version, link_artifacts, write_rows
+from schemas import Task
 from tasks.dedupe import NearDupParams, near_duplicates
 from tasks.files import write_text_atomic
+from tasks.generate import task_row
 from tasks.ingest import read_trajectories, rescore
 from tasks.publish import publish, read_manifest
 from tasks.seeds import env_paths, load_tools
@@ -48,35 +49,33 @@ def _new_rows(scored: list[dict[str, Any]], heldout: pl.DataFrame, train: pl.Dat
               threshold: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Held-out rows for the failures that survive dedupe and decontamination; the verdict per trajectory."""
     fails = [r for r in scored if r["task"]]
+    tasks = [Task.model_validate_json(r["task"]) for r in fails]
     known = set(heldout["id"]) | set(train["id"])
     verdict, rows = {}, []
     params = NearDupParams(threshold=threshold)
-    ids = [json.loads(r["task"])["id"] for r in fails]
-    near = near_duplicates(ids, [r["prompt"] for r in fails], params, list(heldout["id"]), list(heldout["prompt"]))
-    leak = contamination(list(train["prompt"]), [r["prompt"] for r in fails], params)
+    near = near_duplicates([t.id for t in tasks], [t.prompt for t in tasks], params, list(heldout["id"]),
+                           list(heldout["prompt"]))
+    leak = contamination(list(train["prompt"]), [t.prompt for t in tasks], params)
     start = int(max(heldout["k"].max() or 0, train["k"].max() or 0)) + 1
-    for r, tid, keep, dup, bad in zip(fails, ids, near.keep, near.duplicate_of, leak):
-        if tid in known:
+    for r, t, keep, dup, bad in zip(fails, tasks, near.keep, near.duplicate_of, leak):
+        if t.id in known:
             verdict[r["trajectory"]] = "duplicate: already in the dataset"
         elif not keep:
             verdict[r["trajectory"]] = f"near duplicate of {dup}"
         elif bad is not None:
             verdict[r["trajectory"]] = f"{bad[0]}: {bad[1]}"
         else:
-            known.add(tid)
+            known.add(t.id)
             verdict[r["trajectory"]] = "added"
-            t = json.loads(r["task"])
-            rows.append({"k": start + len(rows), "id": tid, "env": r["env"], "seed_id": t["meta"]["seed_id"],
-                         "category": "regression", "tool": t["reference"]["calls"][0]["tool"], "prompt": r["prompt"],
-                         "row_seed": None, "task": r["task"], "cluster_id": tid, "group_id": tid, "split": "heldout"})
+            rows.append(task_row(t, start + len(rows)) | {"cluster_id": t.id, "group_id": t.id, "split": "heldout"})
     return rows, verdict
 
 
 @task(name="rescore-trajectories", cache_policy=NO_CACHE)
-def rescore_all(config: IngestConfig, env: str, system: str) -> list[dict[str, Any]]:
+def rescore_all(config: IngestConfig, env: str) -> list[dict[str, Any]]:
     trajectories = read_trajectories(Path(config.trajectories))
     catalog = load_tools(env_paths(env)[1])
-    return [rescore(t, catalog, system) for t in trajectories]
+    return [rescore(t, catalog) for t in trajectories]
 
 
 def _markdown(version: str, scored: pl.DataFrame, added: int) -> str:
@@ -96,8 +95,7 @@ def ingest_trajectories(config: IngestConfig) -> dict[str, Any]:
     src = Path(config.dataset)
     manifest = read_manifest(src)
     train, heldout = pl.read_parquet(src / "train.parquet"), pl.read_parquet(src / "heldout.parquet")
-    system = json.loads(heldout["task"][0])["messages"][0]["content"]
-    scored = rescore_all(config, manifest.env, system)
+    scored = rescore_all(config, manifest.env)
     rows, verdict = _new_rows(scored, heldout, train, config.threshold)
     frame = pl.DataFrame([r | {"kept": verdict.get(r["trajectory"], "")} for r in scored], schema=SCORED_SCHEMA)
     frames = {"train": train, "heldout": pl.concat([heldout, pl.DataFrame(rows, schema=heldout.schema)]),

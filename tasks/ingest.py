@@ -4,13 +4,13 @@ Contract:
 - ``read_trajectories(path)`` parses JSONL in the OpenAI chat format (one trajectory per line: ``id``, ``env``,
   ``messages`` with ``tool_calls`` and ``tool`` observations, ``outcome``, ``interventions``) and fails with the
   line number and the field on the first bad line: nothing is ingested from a half-understood file.
-- ``rescore(trajectory, tools, system)`` scores the agent's first action with the current verifier. The expected
+- ``rescore(trajectory, tools)`` scores the agent's first action with the current verifier. The expected
   call comes from a human correction (an intervention with ``tool_calls``) or, when the outcome says success and
   nobody intervened, from the agent's own call. Without either there is nothing to score against: bucket
   ``no_reference``. Buckets: ``passed``, a verifier failure class, ``no_reference``, ``unknown_tool``,
   ``invalid_reference`` (the corrected call does not itself score 1.0, e.g. breaks the tool's schema),
   ``unsupported_env``; ``disagrees`` marks a verifier pass on a failed outcome (a verifier gap to look at).
-- A scored failure becomes a held-out regression Task: the user's request, the env's system prompt, the
+- A scored failure becomes a held-out regression Task: the user's request, the env's system prompt (as seeds render it), the
   catalog's tools named in the trajectory, the corrected call as reference.
 """
 
@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError
 
 from schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
 from schemas.records import Record
+from tasks.seeds import SYSTEM_PROMPTS, first_error
 from verifiers import get_verifier
 
 SUPPORTED_ENVS = ("tool_call",)
@@ -67,9 +68,7 @@ def read_trajectories(path: Path) -> list[Trajectory]:
         try:
             traj = Trajectory.model_validate_json(line)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "(line)"
-            raise IngestError(f"{path}:{n}: {where}: {err['msg']}") from None
+            raise IngestError(f"{path}:{n}: {first_error(exc)}") from None
         if traj.id in seen:
             raise IngestError(f"{path}:{n}: trajectory id {traj.id!r} appears twice; ids must be unique")
         seen.add(traj.id)
@@ -112,7 +111,7 @@ def _tool_names(traj: Trajectory, calls: tuple[ToolCall, ...]) -> list[str]:
     return list(dict.fromkeys([n for n in offered if n] + [c.tool for c in calls]))
 
 
-def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], system: str) -> dict[str, Any]:
+def rescore(traj: Trajectory, catalog: dict[str, ToolSpec]) -> dict[str, Any]:
     """One row: trajectory id, bucket, reward, detail and (for failures) the regression Task JSON."""
     row: dict[str, Any] = {"trajectory": traj.id, "env": traj.env, "bucket": "", "reward": None, "detail": "",
                            "disagrees": False, "task": None, "prompt": ""}
@@ -129,7 +128,8 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], system: str) -> dict
     unknown = [n for n in _tool_names(traj, calls) if n not in catalog]
     if unknown:
         return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}
-    task = Task(env=traj.env, messages=(Message(role="system", content=system), Message(role="user", content=user)),
+    messages = (Message(role="system", content=SYSTEM_PROMPTS[traj.env]), Message(role="user", content=user))
+    task = Task(env=traj.env, messages=messages,
                 tools=tuple(catalog[n] for n in _tool_names(traj, calls)), reference=Reference(calls=calls),
                 meta=TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression"))
     verifier = get_verifier(traj.env)

@@ -33,7 +33,7 @@ class SeedError(ValueError):
     """A seed or tool catalog file is malformed; the message names file and line."""
 
 
-def _first_error(err: ValidationError) -> str:
+def first_error(err: ValidationError) -> str:
     e = err.errors()[0]
     where = ".".join(map(str, e["loc"])) or "<record>"
     return f"{where}: {e['msg']}"
@@ -46,7 +46,7 @@ def load_tools(path: Path) -> dict[str, ToolSpec]:
     except (OSError, json.JSONDecodeError) as err:
         raise SeedError(f"{path}: cannot read tool catalog: {err}") from None
     except ValidationError as err:
-        raise SeedError(f"{path}: bad tool spec: {_first_error(err)}") from None
+        raise SeedError(f"{path}: bad tool spec: {first_error(err)}") from None
     return {t.name: t for t in tools}
 
 
@@ -68,7 +68,7 @@ def load_seeds(path: Path, tools: dict[str, ToolSpec]) -> list[SeedTask]:
         except json.JSONDecodeError as err:
             raise SeedError(f"{path}:{lineno}: not JSON: {err}") from None
         except ValidationError as err:
-            raise SeedError(f"{path}:{lineno}: {_first_error(err)}") from None
+            raise SeedError(f"{path}:{lineno}: {first_error(err)}") from None
         missing = [t for t in seed.tools if t not in tools]
         if missing:
             raise SeedError(f"{path}:{lineno}: tools {missing} are not in the tool catalog")

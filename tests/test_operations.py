@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,22 +49,14 @@ def stack(tmp_path_factory) -> Iterator[dict]:
         shutil.rmtree(pg, ignore_errors=True)
 
 
-def _client(stack: dict):
+@contextmanager
+def _client(stack: dict) -> Iterator:
+    """A sync client bound to the stack's API, whatever this pytest session's default API is."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    class Bound:  # a sync client bound to the stack's API, whatever this pytest session's default API is
-        def __enter__(self):
-            self.settings = temporary_settings({PREFECT_API_URL: stack["api"]})
-            self.settings.__enter__()
-            self.client = get_client(sync_client=True).__enter__()
-            return self.client
-
-        def __exit__(self, *exc):
-            self.client.__exit__(*exc)
-            self.settings.__exit__(*exc)
-
-    return Bound()
+    with temporary_settings({PREFECT_API_URL: stack["api"]}), get_client(sync_client=True) as client:
+        yield client
 
 
 def _trigger(stack: dict, name: str, params: dict):
