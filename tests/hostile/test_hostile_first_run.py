@@ -1,0 +1,94 @@
+"""A newcomer's first run: a fresh PREFECT_HOME on a busy machine must not time out, and a SIGKILLed command must
+not leave its temporary Prefect server (or anything else) running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    return {**env, "PREFECT_HOME": str(home)}  # a fresh home: the database is created and migrated at start
+
+
+def _generate(tmp: Path, n: int) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", "generate", "--env", "tool_call", "--n", str(n),
+                             "--seed", "1", "--out", str(tmp / "out")], cwd=ROOT, env=_env(tmp / "home"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _children() -> dict[int, int]:
+    """pid -> parent pid of every process on the machine."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        parents[int(pid)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    parents, found, frontier = _children(), set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def test_first_run_with_a_fresh_prefect_home_on_a_busy_machine_succeeds(tmp_path: Path) -> None:
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        proc = _generate(tmp_path, 20)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert proc.returncode == 0, err[-2000:]
+    assert "Timed out" not in err and "Traceback" not in err
+    assert Path(out.strip().splitlines()[-1]).joinpath("manifest.json").is_file()
+
+
+def test_a_killed_command_leaves_no_process_behind(tmp_path: Path) -> None:
+    proc = _generate(tmp_path, 400)
+    seen: set[int] = set()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen |= _descendants(proc.pid)
+        commands = [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive(seen) if Path(f"/proc/{p}/cmdline").exists()]
+        if any(b"uvicorn" in c for c in commands) and any(b"multiprocessing" in c for c in commands):
+            break  # the temporary API and the Dask workers are up: kill the command now
+        time.sleep(0.2)
+    assert proc.poll() is None, "the command ended before its server and workers were seen"
+    seen |= _descendants(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while _alive(seen) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:100] for pid in _alive(seen)}
+    assert left == {}, f"processes outlived the killed command: {left}"
