@@ -584,17 +584,23 @@ def serve_env(
     env: str = typer.Option("workplace", help="Environment to serve (workplace)."),
     host: str = typer.Option("127.0.0.1", help="Bind address."),
     port: int = typer.Option(8100, help="Port."),
-    max_sessions: int = typer.Option(10_000, help="Open sessions allowed at once (429 beyond)."),
+    max_sessions: int = typer.Option(4096, min=1, help="Open sessions allowed at once (429 beyond)."),
+    session_ttl: float = typer.Option(600.0, min=0.001, help="Seconds a session may sit untouched before it is dropped."),
+    max_body_kb: int = typer.Option(256, min=1, help="Largest request body in KB (413 beyond)."),
+    max_session_kb: int = typer.Option(256, min=1, help="Largest session (state plus call log) in KB; a call that "
+                                                        "would pass it is refused."),
 ) -> None:
     """Serve an environment as a resources server: /seed_session, one endpoint per tool, /verify."""
     import uvicorn
 
-    from verifiers.workplace_server import create_app
+    from verifiers.workplace_server import Limits, create_app
 
     if env != "workplace":
         fail(f"--env {env!r} has no resources server; serve-env serves: workplace")
+    limits = Limits(max_sessions=max_sessions, session_ttl_s=session_ttl, max_body_kb=max_body_kb,
+                    max_session_kb=max_session_kb)
     err.print(f"serving the {env} environment on http://{host}:{port} (docs at /docs)", highlight=False)
-    uvicorn.run(create_app(max_sessions), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(limits), host=host, port=port, log_level="warning")
 
 
 def main() -> None:

@@ -7,23 +7,55 @@ Contract (JSON over HTTP, bind to 127.0.0.1):
   call (wrong id, arguments that break the schema) is an error observation, as in process.
 - POST /verify {"session_id", "close": true} -> the Verdict of the session's state now.
 - GET /sessions/{id}/state -> the session's state; DELETE /sessions/{id}; GET /health.
-- Malformed requests get 4xx with a message (422 bad body, 404 unknown session or tool, 400 a task that is not a
-  workplace task, 429 too many open sessions), never a 500.
+- Limits (``Limits``; ``flywheel serve-env`` options): a request body over ``max_body_kb`` gets 413 (the
+  Content-Length is checked first; a chunked body is cut off once it passes the limit). A session holds at most
+  ``max_session_kb`` of state plus call log (sized as compact JSON): a call that would pass it is an error
+  observation and is not made. Sessions untouched for ``session_ttl_s`` are dropped; their ids then get 404
+  saying they expired. At most ``max_sessions`` are open (429).
+- Malformed requests get 4xx with a one-line message, never a 500: 422 a body that breaks the request model
+  (the message names the field, the body is never echoed), 404 unknown or expired session or unknown tool,
+  400 a task that is not a workplace task (no state, a state that is not {table: {id: record}}, a tool schema
+  that does not compile), 422 a state that a tool or the scorer cannot work on, 413 too big, 429 too many
+  open sessions.
+- The global lock guards only the session table (dict operations); schema compilation, deep copies, tool
+  calls and scoring run outside it (a tool call under its own session's lock), so one slow request never
+  freezes the other sessions.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import threading
+import time
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas import Task
+from verifiers.tool_call import validator_for
 from verifiers.workplace import Session, score_session
 from verifiers.workplace_tools import TOOLS
+
+ENTRY_BYTES = 64  # what one call-log entry costs beyond its arguments (tool name, flags), sized like JSON
+EXPIRED_IDS_KEPT = 65_536  # expired ids remembered so their 404 can say "expired"; oldest forgotten first
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_sessions: int = 4096
+    session_ttl_s: float = 600.0
+    max_body_kb: int = 256
+    max_session_kb: int = 256
 
 
 class SeedRequest(BaseModel):
@@ -43,47 +75,231 @@ class VerifyRequest(BaseModel):
     close: bool = True
 
 
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_size(value: Any) -> int:
+    """Characters of ``value`` as compact JSON: what a session is charged for holding it."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def state_problem(name: str, state: Any) -> str | None:
+    """Why ``state`` is not a workplace state ({table: {id: record object}}), or None."""
+    if not isinstance(state, dict):
+        return f"reference.{name} must be an object of tables"
+    for table, records in state.items():
+        if not isinstance(records, dict):
+            return f"reference.{name}.{table} must be an object from record id to record"
+        for rid, record in records.items():
+            if not isinstance(record, dict):
+                return f"reference.{name}.{table}.{rid} must be an object (a record)"
+    return None
+
+
+@dataclass
+class Slot:
+    """One open session, its own lock, when it was last touched and the bytes it is charged for."""
+
+    session: Session
+    state_bytes: int
+    log_bytes: int = 0
+    touched: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def seeded_slot(task: Task) -> Slot:
+    """A fresh session for ``task``, checked and sized; raises HTTPException(400) for a task it cannot serve.
+    Runs outside the global lock: compiling the tools' schemas and copying the state are the slow parts."""
+    ref = task.reference
+    if task.env != "workplace" or ref.state is None or ref.final_state is None:
+        raise HTTPException(400, "seed_session needs a workplace task with reference.state and reference.final_state")
+    problem = state_problem("state", ref.state) or state_problem("final_state", ref.final_state)
+    if problem:
+        raise HTTPException(400, f"not a workplace task: {problem}")
+    for spec in task.tools:  # compiled now (and cached) so a bad schema fails here, not in the middle of a rollout
+        try:
+            validator_for(spec.parameters)
+        except Exception as exc:  # noqa: BLE001 - whatever the compiler raises on a crafted schema
+            raise HTTPException(400, f"tool {spec.name!r}: parameters are not a usable JSON Schema: {one_line(exc)}") from None
+    try:
+        session = Session.seeded(task)
+        return Slot(session=session, state_bytes=json_size(session.state))
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise HTTPException(400, f"reference.state cannot be copied as JSON: {one_line(exc)}") from None
+
+
+def capped_call(slot: Slot, tool: str, args: dict[str, Any], cap: int) -> dict[str, Any]:
+    """The observation of one call in ``slot``'s session, or an error observation when the call would grow the
+    session past ``cap`` bytes (the call is then neither made nor logged). Call under ``slot.lock``."""
+    refused = {"error": f"the session would grow past its {cap // 1024} KB limit (--max-session-kb): "
+                        "this call was not made; verify or close the session"}
+    entry = json_size(args) + ENTRY_BYTES
+    if slot.state_bytes + slot.log_bytes + entry > cap:
+        return refused
+    # A tool adds at most its arguments and a copy of one existing record, so only a call that could pass the cap
+    # pays for a snapshot to undo it.
+    undo = copy.deepcopy(slot.session.state) if 2 * slot.state_bytes + slot.log_bytes + 2 * entry > cap else None
+    slot.log_bytes += entry
+    try:
+        observation = slot.session.call(tool, args)
+        state_bytes = json_size(slot.session.state)
+    except Exception as exc:  # noqa: BLE001 - a crafted state breaks a tool in any way; the task is at fault
+        raise HTTPException(422, f"tool {tool!r} cannot work on this session's state ({type(exc).__name__}: "
+                                 f"{one_line(exc)}): fix the task's reference.state") from None
+    if undo is not None and state_bytes + slot.log_bytes > cap:  # refused as the pre-check refuses: not made, not logged
+        slot.session.state = undo
+        slot.session.log.pop()
+        slot.log_bytes -= entry
+        return refused
+    slot.state_bytes = state_bytes
+    return observation
+
+
 class Sessions:
-    """Open sessions; one lock, since every tool call is microseconds of work."""
+    """Open sessions, least recently touched first; the lock covers dictionary operations only."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self.clock = clock
         self.lock = threading.Lock()
-        self.open: dict[str, Session] = {}
+        self.open: OrderedDict[str, Slot] = OrderedDict()
+        self.expired: OrderedDict[str, None] = OrderedDict()
 
-    def add(self, task: Task) -> str:
-        if task.env != "workplace" or task.reference.state is None or task.reference.final_state is None:
-            raise HTTPException(400, "seed_session needs a workplace task with reference.state and reference.final_state")
+    def _drop_idle(self, now: float) -> None:
+        """Drop sessions untouched for the TTL; amortized O(1) since the oldest are first. Call under the lock."""
+        while self.open:
+            session_id, slot = next(iter(self.open.items()))
+            if now - slot.touched < self.limits.session_ttl_s:
+                break
+            del self.open[session_id]
+            self.expired[session_id] = None
+            if len(self.expired) > EXPIRED_IDS_KEPT:
+                self.expired.popitem(last=False)
+
+    def add(self, slot: Slot) -> str:
         with self.lock:
-            if len(self.open) >= self.limit:
-                raise HTTPException(429, f"{self.limit} sessions are open: verify with close=true or DELETE finished ones")
+            now = self.clock()
+            self._drop_idle(now)
+            if len(self.open) >= self.limits.max_sessions:
+                raise HTTPException(429, f"{self.limits.max_sessions} sessions are open: verify with close=true or "
+                                         f"DELETE finished ones (idle ones expire after {self.limits.session_ttl_s:g} s)")
             session_id = uuid.uuid4().hex
-            self.open[session_id] = Session.seeded(task)
+            slot.touched = now
+            self.open[session_id] = slot
         return session_id
 
-    def get(self, session_id: str) -> Session:
-        session = self.open.get(session_id)
-        if session is None:
-            raise HTTPException(404, f"no open session {session_id!r}: seed one with POST /seed_session")
-        return session
+    def touch(self, session_id: str, remove: bool = False) -> Slot:
+        """The open session ``session_id``, marked as used now (or removed); 404 when unknown or expired."""
+        with self.lock:
+            now = self.clock()
+            self._drop_idle(now)
+            slot = self.open.pop(session_id, None) if remove else self.open.get(session_id)
+            if slot is None:
+                if session_id in self.expired:
+                    raise HTTPException(404, f"session {session_id!r} expired after {self.limits.session_ttl_s:g} s "
+                                             "idle: seed a new one with POST /seed_session")
+                raise HTTPException(404, f"no open session {session_id!r}: seed one with POST /seed_session")
+            if not remove:
+                slot.touched = now
+                self.open.move_to_end(session_id)
+        return slot
+
+    def count(self) -> int:
+        with self.lock:
+            self._drop_idle(self.clock())
+            return len(self.open)
 
 
-def create_app(max_sessions: int = 10_000) -> FastAPI:
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over ``max_bytes``, by its Content-Length or, for a chunked body,
+    as soon as the bytes read pass the limit; the body read is handed on to the app."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = (f"request body is over the {self.max_bytes // 1024} KB limit (--max-body-kb): send a smaller task "
+                  "or raise the limit")
+        await JSONResponse({"detail": detail}, status_code=413, headers={"connection": "close"})(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._too_big(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await self._too_big(scope, receive, send)
+                return
+            more = message.get("more_body", False)
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc if p != "body") or "body"
+
+
+def create_app(limits: Limits | None = None) -> FastAPI:
+    limits = limits or Limits()
+    cap = limits.max_session_kb * 1024
     app = FastAPI(title="flywheel workplace resources server")
-    sessions = Sessions(max_sessions)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_kb * 1024)
+    sessions = Sessions(limits)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            return JSONResponse({"detail": f"the body is not JSON ({first.get('ctx', {}).get('error', 'unreadable')})"}, 422)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return JSONResponse({"detail": f"{_field(tuple(first['loc']))}: {one_line(first['msg'])}{more}"}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's body parser hit Python's recursion limit
+            detail = "the JSON body is nested too deeply to read: flatten the task's state"
+        return JSONResponse({"detail": detail}, exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "sessions": len(sessions.open), "tools": sorted(TOOLS)}
+        return {"status": "ok", "sessions": sessions.count(), "tools": sorted(TOOLS)}
 
     @app.post("/seed_session")
     def seed_session(req: SeedRequest) -> dict[str, Any]:
-        return {"session_id": sessions.add(req.task), "tools": [t.name for t in req.task.tools]}
+        slot = seeded_slot(req.task)
+        if slot.state_bytes > cap:
+            raise HTTPException(413, f"reference.state is {slot.state_bytes // 1024} KB, over the {limits.max_session_kb} "
+                                     "KB session limit (--max-session-kb)")
+        return {"session_id": sessions.add(slot), "tools": [t.name for t in req.task.tools]}
 
     def tool_endpoint(name: str):  # noqa: ANN202 - a route handler factory
         def call(req: ToolRequest) -> dict[str, Any]:
-            with sessions.lock:
-                return {"observation": sessions.get(req.session_id).call(name, req.args)}
+            slot = sessions.touch(req.session_id)
+            with slot.lock:
+                return {"observation": capped_call(slot, name, req.args, cap)}
 
         call.__name__ = f"tool_{name}"
         return call
@@ -93,23 +309,24 @@ def create_app(max_sessions: int = 10_000) -> FastAPI:
 
     @app.post("/verify")
     def verify(req: VerifyRequest) -> dict[str, Any]:
-        with sessions.lock:
-            session = sessions.get(req.session_id)
-            verdict = score_session(session.task, session)
-            if req.close:
-                del sessions.open[req.session_id]
+        slot = sessions.touch(req.session_id, remove=req.close)
+        with slot.lock:
+            try:
+                verdict = score_session(slot.session.task, slot.session)
+            except Exception as exc:  # noqa: BLE001 - a crafted final state breaks the scorer in any way
+                raise HTTPException(422, f"cannot score this session ({type(exc).__name__}: {one_line(exc)}): "
+                                         "fix the task's reference.final_state") from None
         return verdict.model_dump(mode="json")
 
     @app.get("/sessions/{session_id}/state")
     def state(session_id: str) -> dict[str, Any]:
-        with sessions.lock:
-            return copy.deepcopy(sessions.get(session_id).state)  # serialized after the lock is released
+        slot = sessions.touch(session_id)
+        with slot.lock:
+            return copy.deepcopy(slot.session.state)  # serialized after the session's lock is released
 
     @app.delete("/sessions/{session_id}")
     def close(session_id: str) -> dict[str, str]:
-        with sessions.lock:
-            sessions.get(session_id)
-            del sessions.open[session_id]
+        sessions.touch(session_id, remove=True)
         return {"closed": session_id}
 
     return app

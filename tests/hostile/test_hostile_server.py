@@ -1,0 +1,153 @@
+"""Exhaustion and crafted input against `flywheel serve-env` (issue 18 item 8), on a real server on 127.0.0.1 with
+small limits: bodies over --max-body-kb get 413, sessions over --max-session-kb refuse the call, idle sessions
+expire after --session-ttl so a flood cannot hold the cap, and crafted tasks get a one-line 4xx, never a 500."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import cli_server
+from schemas import Task
+from tasks.generate import candidate
+from tasks.seeds import env_paths, load_seeds, load_tools
+from verifiers.workplace_server import ENTRY_BYTES, capped_call, json_size, seeded_slot
+
+TTL_S = 1.5
+MAX_SESSIONS = 12
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    args = ["serve-env", "--max-sessions", str(MAX_SESSIONS), "--session-ttl", str(TTL_S), "--max-body-kb", "16",
+            "--max-session-kb", "8"]
+    with cli_server(args, "/health", timeout_s=60) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def task() -> dict[str, Any]:
+    """A workplace task whose tools are list_events, create_event and update_event; id left for the server."""
+    seeds_path, tools_path = env_paths("workplace")
+    tools = load_tools(tools_path)
+    out = candidate(0, load_seeds(seeds_path, tools), tools, 1)[0].model_dump(mode="json")
+    assert [t["name"] for t in out["tools"]] == ["list_events", "create_event", "update_event"]
+    return {**out, "id": ""}
+
+
+def _one_line_error(response: httpx.Response, status: int, fragment: str) -> None:
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert isinstance(detail, str) and "\n" not in detail and len(detail) < 400 and "Traceback" not in detail
+    assert fragment in detail, detail
+
+
+def _healthy(base: str) -> None:
+    assert httpx.get(base + "/health", timeout=5).json()["status"] == "ok"
+
+
+def _seed(base: str, task: dict[str, Any]) -> httpx.Response:
+    return httpx.post(base + "/seed_session", json={"task": task}, timeout=10)
+
+
+def test_oversized_body_gets_413_by_length_and_when_chunked(server) -> None:
+    big = b'{"task": "' + b"x" * 20_000 + b'"}'
+    _one_line_error(httpx.post(server + "/seed_session", content=big, timeout=10), 413, "16 KB limit (--max-body-kb)")
+    chunked = httpx.post(server + "/seed_session", content=iter([big[:8000], big[8000:]]), timeout=10)
+    assert chunked.request.headers.get("transfer-encoding") == "chunked"
+    _one_line_error(chunked, 413, "16 KB limit (--max-body-kb)")
+    _healthy(server)
+
+
+def test_a_session_cannot_grow_past_its_cap(server, task) -> None:
+    session_id = _seed(server, task).json()["session_id"]
+    args = {"title": "t" * 1500, "date": "2026-01-02", "time": "10:00", "duration_minutes": 30}
+    made = []
+    for _ in range(10):
+        observation = httpx.post(server + "/create_event", json={"session_id": session_id, "args": args}).json()
+        if "error" in observation["observation"]:
+            break
+        made.append(observation["observation"]["id"])
+    assert observation["observation"] == {"error": "the session would grow past its 8 KB limit (--max-session-kb): "
+                                                   "this call was not made; verify or close the session"}
+    assert 1 <= len(made) <= 3
+    state = httpx.get(f"{server}/sessions/{session_id}/state").json()
+    assert sorted(rid for rid in state["events"] if rid.startswith("NEW-")) == sorted(made)  # refused: no trace
+    verdict = httpx.post(server + "/verify", json={"session_id": session_id}).json()
+    assert verdict["components"]["calls"] == len(made) and verdict["valid"] is True
+    big_state = copy.deepcopy(task)
+    big_state["reference"]["state"]["emails"]["X"] = {"body": "b" * 9000}
+    _one_line_error(_seed(server, big_state), 413, "over the 8 KB session limit (--max-session-kb)")
+
+
+def test_a_call_that_passes_the_cap_after_running_is_undone(task) -> None:
+    slot = seeded_slot(Task.model_validate(task))
+    args = {"title": "t" * 500, "date": "2026-01-02", "time": "10:00", "duration_minutes": 30}
+    before, entry = copy.deepcopy(slot.session.state), json_size(args) + ENTRY_BYTES
+    cap = slot.state_bytes + entry + 100  # the pre-check passes, the created record does not fit
+    observation = capped_call(slot, "create_event", args, cap)
+    assert "(--max-session-kb)" in observation["error"]
+    assert (slot.session.state, slot.session.log, slot.log_bytes) == (before, [], 0)
+    assert "id" in capped_call(slot, "create_event", args, 10 * cap)  # with room, the same call is made
+
+
+def _with(task: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(task)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+CRAFTED = [
+    (("reference", "state"), [1, 2], 422, "task.reference.state: Input should be a valid dictionary"),
+    (("reference", "state", "emails"), 5, 400, "reference.state.emails must be an object from record id to record"),
+    (("reference", "final_state", "events"), {"E": "x"}, 400, "reference.final_state.events.E must be an object"),
+    (("messages",), "hello", 422, "task.messages: Input should be a valid"),
+    (("env",), "cli", 400, "seed_session needs a workplace task"),
+    (("tools", 0, "parameters"), {"type": "bogus"}, 400, "'list_events': parameters are not a usable JSON Schema"),
+    (("tools", 0, "parameters"), {"type": "object", "properties": {"date": {"pattern": "("}}}, 400,
+     "'list_events': parameters are not a usable JSON Schema"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "status", "fragment"), CRAFTED)
+def test_crafted_tasks_get_one_line_4xx(server, task, path, value, status, fragment) -> None:
+    _one_line_error(_seed(server, _with(task, path, value)), status, fragment)
+    _healthy(server)
+
+
+def test_deeply_nested_and_unreadable_bodies_get_one_line_4xx(server, task) -> None:
+    nested = httpx.post(server + "/seed_session", content='{"task": ' + "[" * 5000 + "]" * 5000 + "}",
+                        headers={"content-type": "application/json"})
+    _one_line_error(nested, 400, "nested too deeply")
+    _one_line_error(httpx.post(server + "/verify", content="nope", headers={"content-type": "application/json"}),
+                    422, "the body is not JSON")
+    _healthy(server)
+
+
+def test_a_state_that_breaks_a_tool_is_a_422_not_a_500(server, task) -> None:
+    broken = _with(task, ("reference", "state", "events"), {"E1": {"title": "no date"}})
+    session_id = _seed(server, broken).json()["session_id"]
+    response = httpx.post(server + "/list_events", json={"session_id": session_id, "args": {"date": "2026-01-01"}})
+    _one_line_error(response, 422, "tool 'list_events' cannot work on this session's state (KeyError: 'date')")
+    _healthy(server)
+
+
+def test_a_flood_to_the_cap_expires_and_a_new_client_gets_a_session(server, task) -> None:
+    room = MAX_SESSIONS - httpx.get(server + "/health").json()["sessions"]  # other tests may have left some open
+    flood = [_seed(server, task) for _ in range(room)]
+    assert [r.status_code for r in flood] == [200] * room
+    _one_line_error(_seed(server, task), 429, f"{MAX_SESSIONS} sessions are open")
+    time.sleep(TTL_S + 0.2)
+    assert _seed(server, task).status_code == 200  # a new client gets a session once the flood's sessions idle out
+    stale = flood[0].json()["session_id"]
+    _one_line_error(httpx.post(server + "/verify", json={"session_id": stale}), 404,
+                    f"session '{stale}' expired after {TTL_S:g} s idle")
+    assert httpx.get(server + "/health").json()["sessions"] == 1
