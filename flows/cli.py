@@ -136,9 +136,12 @@ def _read_jsonl(path: Path) -> list[tuple[int, str]]:
 
 
 def _write_jsonl_atomic(path: Path, lines: list[str]) -> None:
-    from tasks.files import write_text_atomic
+    from tasks.files import OutputError, write_text_atomic
 
-    write_text_atomic(path, "".join(lines))
+    try:
+        write_text_atomic(path, "".join(lines))
+    except OutputError as exc:  # a device, FIFO, folder or full disk: one line, the target untouched
+        fail(_one_line(exc))
 
 
 def _report_bad(bad: list[str], total: int) -> None:
@@ -419,9 +422,12 @@ def registry_list(registry: Path = REGISTRY) -> None:
     """Versions, aliases and the audit log."""
     from tasks.registry import Registry
 
-    reg = Registry(registry)
-    aliases = reg.aliases()
-    for e in reg.events():
+    try:
+        reg = Registry(registry)
+        events, aliases = reg.events(), reg.aliases()
+    except (ValueError, OSError) as exc:
+        fail(_one_line(exc))
+    for e in events:
         extra = f" override={e.override!r}" if e.override else ""
         typer.echo(f"{e.seq:>4} {e.at} {e.actor:<8} {e.action:<8} {e.version} {e.alias or ''}{extra}")
     typer.echo(" ".join(f"{k}={v}" for k, v in sorted(aliases.items())) or "(empty registry)")

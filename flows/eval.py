@@ -30,27 +30,26 @@ from tasks.files import write_text_atomic
 from tasks.metrics import buckets, decide, per_task, summarize, task_pass
 from tasks.models import fingerprint
 from tasks.policy import Backend, Sampling, make_backend
-from tasks.publish import read_manifest
+from tasks.publish import read_manifest, read_split
 from tasks.report import markdown, plots
 from tasks.rollouts import ROLLOUT_SCHEMA, plan, run_batch
 from verifiers import get_verifier
 
 
 def split_file(config: EvalConfig) -> tuple[Path, DatasetManifest]:
-    """The split's parquet file and the version's manifest; a bad folder is one clear error."""
+    """The split's parquet file (its sha256 checked against the manifest, and read) and the version's manifest; a
+    bad folder is one clear error before any flow run starts."""
     version = Path(config.dataset)
     manifest = read_manifest(version)
-    path = version / f"{config.split}.parquet"
-    if not path.is_file():
-        raise ValueError(f"{path} is missing: the dataset version is incomplete; republish it")
-    return path, manifest
+    read_split(version, config.split, ["id"], manifest)
+    return version / f"{config.split}.parquet", manifest
 
 
 def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any]]:
     """The split's tasks ordered by id (stable, spread over tools), cut to --limit; their tool labels."""
     version = Path(config.dataset)
-    path, manifest = split_file(config)
-    frame = pl.read_parquet(path, columns=["id", "tool", "task"]).sort("id")
+    manifest = read_manifest(version)
+    frame = read_split(version, config.split, ["id", "tool", "task"], manifest).sort("id")
     if config.limit:
         frame = frame.head(config.limit)
     if frame.height == 0:

@@ -28,7 +28,7 @@ from tasks.dedupe import NearDupParams, near_duplicates
 from tasks.files import write_text_atomic
 from tasks.generate import task_row
 from tasks.ingest import read_trajectories, rescore
-from tasks.publish import publish, read_manifest
+from tasks.publish import publish, read_manifest, read_split
 from tasks.seeds import env_paths, load_tools
 from tasks.split import contamination
 
@@ -94,12 +94,12 @@ def _markdown(version: str, scored: pl.DataFrame, added: int) -> str:
 def ingest_trajectories(config: IngestConfig) -> dict[str, Any]:
     src = Path(config.dataset)
     manifest = read_manifest(src)
-    train, heldout = pl.read_parquet(src / "train.parquet"), pl.read_parquet(src / "heldout.parquet")
+    train, heldout = read_split(src, "train", manifest=manifest), read_split(src, "heldout", manifest=manifest)
     scored = rescore_all(config, manifest.env)
     rows, verdict = _new_rows(scored, heldout, train, config.threshold)
     frame = pl.DataFrame([r | {"kept": verdict.get(r["trajectory"], "")} for r in scored], schema=SCORED_SCHEMA)
     frames = {"train": train, "heldout": pl.concat([heldout, pl.DataFrame(rows, schema=heldout.schema)]),
-              "rejected": pl.read_parquet(src / "rejected.parquet").select(list(REJECT_SCHEMA))}
+              "rejected": read_split(src, "rejected", manifest=manifest).select(list(REJECT_SCHEMA))}
     counts = {**manifest.counts, "heldout": frames["heldout"].height, "regression_added": len(rows)}
     fields = {"env": manifest.env, "counts": counts, "stage_counts": manifest.stage_counts,
               "reject_reasons": manifest.reject_reasons, "run_seed": manifest.run_seed, "code_version": code_version(),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -149,14 +148,15 @@ def stage_path(cache: Path, stage: str, inputs: dict[str, Any], suffix: str = ".
 
 def write_rows(rows: list[dict[str, Any]] | pl.DataFrame, path: Path, schema: dict[str, Any]) -> str:
     """Write rows (only the schema's columns, in order) atomically; return the path."""
+    from tasks.files import open_output
+
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(rows, pl.DataFrame):
         df = rows.select(list(schema)).cast(schema)
     else:
         df = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    df.write_parquet(tmp)
-    os.replace(tmp, path)
+    with open_output(path) as f:  # a unique temp file, removed if the write fails
+        df.write_parquet(f)
     return str(path)
 
 

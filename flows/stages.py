@@ -34,6 +34,7 @@ from flows.runtime import (
 from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, sketch
 from tasks.generate import generate_candidates, reject_row
 from tasks.paraphrase import make_paraphraser
+from tasks.publish import read_split
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from tasks.validate import validate_rows
 
@@ -155,7 +156,7 @@ def reference_texts(seeds_dir: str, env: str, prior: str | None, parents: tuple[
     refs += [(r["id"], r["prompt"]) for r in read_rows(prior)]
     for parent in parents:
         for split in ("train", "heldout"):
-            df = pl.read_parquet(Path(parent) / f"{split}.parquet", columns=["id", "prompt"])
+            df = read_split(Path(parent), split, ["id", "prompt"])  # checked against the parent's manifest
             refs += list(zip(df["id"], df["prompt"]))
     return [i for i, _ in refs], [t for _, t in refs]
 

@@ -8,6 +8,9 @@ Contract:
   ``meta`` (generator, row seed, ...) never changes the id. A given ``id`` that
   does not match the content is rejected.
 - Trajectories use the OpenAI chat message format (role, content, tool_calls).
+- A tool's JSON Schema is self-contained: every ``$ref`` is a ``#...`` pointer into the same schema, and no
+  ``$id`` (or URI-like draft-04 ``id``) moves the base those pointers resolve against; a schema that would make a
+  validator fetch a URL or read a file is refused with the offending reference named.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SafetyClass = Literal["read", "write", "destructive"]
 FailureClass = Literal[
@@ -60,6 +63,27 @@ class SafetyRule(Record):
         return self
 
 
+def foreign_reference(schema: Any) -> str | None:
+    """The first reference in a JSON Schema that could resolve outside it (a URL, a file), else None."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):  # a non-string "$ref" is a property name, not a ref
+            return f"$ref {ref!r}"
+        if isinstance(node.get("$id"), str):
+            return f"$id {node['$id']!r}"
+        if isinstance(node.get("id"), str) and (":" in node["id"] or "#" in node["id"]):
+            return f"id {node['id']!r}"
+        stack.extend(node.values())
+    return None
+
+
 class ToolSpec(Record):
     """One tool offered to the policy: JSON Schema for its arguments plus safety."""
 
@@ -68,6 +92,15 @@ class ToolSpec(Record):
     parameters: dict[str, Any]
     safety: SafetyClass
     safety_rules: tuple[SafetyRule, ...] = ()
+
+    @field_validator("parameters")
+    @classmethod
+    def _self_contained(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        # Validators resolve references by fetching them: a task must never make the verifier open a URL or a file.
+        found = foreign_reference(parameters)
+        if found:
+            raise ValueError(f"{found} leaves the tool's schema: use only '#/...' references within it")
+        return parameters
 
 
 class ToolCall(Record):

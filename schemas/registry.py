@@ -2,14 +2,16 @@
 
 Contract: a ModelVersion is immutable and names everything behind its numbers (files and their hashes, base
 model, dataset manifest hash, verifier versions, training config, metrics, eval report); its id derives from
-its files' hash. Events are append-only; the aliases (candidate, production) are whatever the events say last.
+its files' hash. Events are append-only; the aliases (candidate, production) are whatever the events say last:
+a register event moves ``candidate``, a promote or rollback event moves ``production`` (an event that says
+otherwise is not valid, so a damaged log cannot move an alias the wrong way).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.records import Record
 
@@ -42,3 +44,10 @@ class Event(Record):
     gate: dict[str, Any] | None = None  # passed, success delta and CI, report path
     override: str | None = None  # the reason, when a failed gate was overridden
     actor: str = ""
+
+    @model_validator(mode="after")
+    def _moves_its_alias(self) -> Event:
+        expected = "candidate" if self.action == "register" else "production"
+        if self.alias != expected:
+            raise ValueError(f"a {self.action} event moves the {expected} alias, not {self.alias!r}")
+        return self

@@ -1,13 +1,124 @@
-"""Atomic file writes: a temp file beside the target, then a rename, so readers never see half a file."""
+"""The one file writer: readers never see half a file, and whatever the target names is never damaged.
+
+Contract of :func:`open_output` (and :func:`write_text_atomic` / :func:`write_bytes_atomic` built on it), by what
+the target is:
+
+- a new path or an existing regular file: the data goes to a unique temp file in the same folder
+  (``tempfile.mkstemp``), is fsynced, then renamed over the target, so readers see the old file or the new one
+  whole. An existing file keeps its mode (and owner, where allowed); a new one gets ``0o666 & ~umask``.
+- a symlink: its resolved target is written the same way; the link stays a link.
+- an existing non-regular file (character or block device, FIFO, socket): written through in place, never
+  replaced or removed (``/dev/null`` works; ``/dev/full`` is a "no space" error; a FIFO needs a reader).
+- a directory: an error.
+
+Any failure (an exception, KeyboardInterrupt included) removes the temp file, and the target stays as it was.
+Errors are :class:`OutputError`, one line that names the path and what to do.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
+import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+class OutputError(OSError, ValueError):
+    """The target cannot be written; the message names it and what to do (both OSError and ValueError, so the
+    callers that turn either into a one-line error keep doing so)."""
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would race with other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _describe(path: Path, exc: OSError) -> OutputError:
+    if exc.errno == errno.ENOSPC:
+        why = "no space left on device; free space or choose another path"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = "permission denied; choose a path you can write"
+    elif exc.errno == errno.ENXIO:
+        why = "it is a FIFO with no reader (or a socket); start the reader first or name a regular file"
+    else:
+        why = f"{exc.strerror or exc}; choose another path"
+    return OutputError(f"cannot write {path}: {why}")
+
+
+@contextlib.contextmanager
+def _write_through(path: Path) -> Iterator[BinaryIO]:
+    """Write into an existing device, FIFO or socket in place: no temp file, no rename, no O_CREAT."""
+    # O_NONBLOCK: a FIFO without a reader is ENXIO at once instead of a hang; blocking writes afterwards
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    with os.fdopen(fd, "wb") as f:
+        yield f
+        f.flush()
+
+
+@contextlib.contextmanager
+def _replace(target: Path) -> Iterator[BinaryIO]:
+    """A unique temp file beside ``target``, fsynced and renamed over it; removed on any failure."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        old: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask())  # mkstemp makes it 0600
+        if old and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+            with contextlib.suppress(PermissionError):  # keep the owner where we may (root writing a user's file)
+                os.chown(tmp, old.st_uid, old.st_gid)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def open_output(path: Path | str) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through, per the module contract; OSErrors become one-line OutputErrors."""
+    path = Path(path)
+    try:
+        try:
+            st: os.stat_result | None = os.stat(path)  # follows symlinks: what the data would land in
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise OutputError(f"cannot write {path}: it is a directory; name a file")
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            writer = _write_through(path)
+        else:  # a symlink (even a dangling one) is written through to its target; the link stays
+            writer = _replace(Path(os.path.realpath(path)) if path.is_symlink() else path)
+        with writer as f:
+            yield f
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise _describe(path, exc) from None
+
+
+def write_bytes_atomic(path: Path | str, data: bytes) -> None:
+    with open_output(path) as f:
+        f.write(data)
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))

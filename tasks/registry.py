@@ -3,20 +3,29 @@
 Layout: ``ROOT/versions/<id>/`` (adapter/, report.json, version.json; never rewritten) and
 ``ROOT/events/<seq>.json`` (one file per change). Writes are atomic and nothing is overwritten: a version folder
 is renamed into place whole, and an event file is hard-linked into place only if its number is still free, so
-a killed command leaves the registry as it was and two writers cannot take the same number. Aliases are read by
-replaying the events: ``candidate`` moves on every register, ``production`` only on promote and rollback.
+a killed command leaves the registry as it was and two writers cannot take the same number. Every change reads
+the log, decides and appends while holding an exclusive lock (``flock`` on ``ROOT/.lock``), so each event is
+computed from the state right before it: two promotions at once record each other as ``previous``, two rollbacks
+pop two promotions. Aliases are read by replaying the events: ``candidate`` moves on every register,
+``production`` only on promote and rollback. A damaged event file (not JSON, wrong fields, a number that does
+not match its name) is a RegistryError naming the file, never a guess.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import getpass
 import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from schemas import sha256_text
 from schemas.registry import Event, ModelVersion
@@ -35,6 +44,22 @@ def folder_hashes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _read_event(path: Path) -> Event:
+    """One event file, checked: a damaged audit log is reported, never replayed with a guess."""
+    fix = "the audit log is damaged; restore this file from a backup (events are append-only, never edit them)"
+    try:
+        event = Event.model_validate_json(path.read_bytes())
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(map(str, e["loc"])) or "record"
+        raise RegistryError(f"{path} is not a registry event ({where}: {e['msg']}): {fix}") from None
+    except OSError as err:
+        raise RegistryError(f"{path} cannot be read ({err.strerror or err}): {fix}") from None
+    if f"{event.seq:06d}.json" != path.name:
+        raise RegistryError(f"{path} holds event {event.seq}, not the one its name says: {fix}")
+    return event
+
+
 class Registry:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
@@ -42,26 +67,36 @@ class Registry:
     def events(self) -> list[Event]:
         folder = self.root / "events"
         files = sorted(folder.glob("[0-9]*.json")) if folder.is_dir() else []
-        return [Event.model_validate_json(p.read_text(encoding="utf-8")) for p in files]
+        return [_read_event(p) for p in files]
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive over read-decide-append: the lock file lives in the registry root, the kernel drops it if
+        the holder dies, so a killed command never leaves the registry locked."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def _append(self, **fields: Any) -> Event:
+        """Append one event; the caller holds the lock (the hard link still refuses a taken number)."""
         folder = self.root / "events"
         folder.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):  # another writer took the number: take the next one
-            event = Event(seq=len(self.events()) + 1, at=_now(), actor=getpass.getuser(), **fields)
-            fd, tmp = tempfile.mkstemp(prefix=".event-", dir=folder)
+        events = self.events()
+        event = Event(seq=events[-1].seq + 1 if events else 1, at=_now(), actor=getpass.getuser(), **fields)
+        fd, tmp = tempfile.mkstemp(prefix=".event-", dir=folder)
+        try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(event.model_dump_json(indent=2) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-            try:
-                os.link(tmp, folder / f"{event.seq:06d}.json")  # fails if the number exists: never overwrites
-                return event
-            except FileExistsError:
-                continue
-            finally:
-                os.unlink(tmp)
-        raise RegistryError(f"could not append to {folder}: too many concurrent writers")
+            os.link(tmp, folder / f"{event.seq:06d}.json")  # fails if the number exists: never overwrites
+        except FileExistsError:
+            raise RegistryError(f"event {event.seq} in {folder} was written by a writer that did not take "
+                                f"{self.root / '.lock'}; run the command again") from None
+        finally:
+            os.unlink(tmp)
+        return event
 
     def aliases(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -105,7 +140,8 @@ class Registry:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
         version = ModelVersion.model_validate_json((target / "version.json").read_text())
-        self._append(action="register", version=vid, alias="candidate", previous=self.aliases().get("candidate"))
+        with self._locked():
+            self._append(action="register", version=vid, alias="candidate", previous=self.aliases().get("candidate"))
         return version
 
     def verify_files(self, version: ModelVersion) -> list[str]:
@@ -120,8 +156,9 @@ class Registry:
         if not (gate and gate.get("passed")) and not (override and override.strip()):
             raise RegistryError(f"the gate did not pass for {version.id}: production stays at "
                                 f"{self.aliases().get('production', '(none)')}; pass --override REASON to promote anyway")
-        return self._append(action="promote", version=version.id, alias="production", gate=gate,
-                            previous=self.aliases().get("production"), override=override if override else None)
+        with self._locked():  # previous is what production is right before this event, not when we started
+            return self._append(action="promote", version=version.id, alias="production", gate=gate,
+                                previous=self.aliases().get("production"), override=override if override else None)
 
     def production_stack(self) -> list[str]:
         """Promotions still in force, oldest first: promote pushes, rollback pops."""
@@ -135,8 +172,9 @@ class Registry:
 
     def rollback(self) -> Event:
         """Production back to the version it pointed to before the current promotion."""
-        stack = self.production_stack()
-        if len(stack) < 2:
-            raise RegistryError(f"nothing to roll back to: production is {stack[-1] if stack else '(unset)'} "
-                                "and had no earlier version")
-        return self._append(action="rollback", version=stack[-2], alias="production", previous=stack[-1])
+        with self._locked():
+            stack = self.production_stack()
+            if len(stack) < 2:
+                raise RegistryError(f"nothing to roll back to: production is {stack[-1] if stack else '(unset)'} "
+                                    "and had no earlier version")
+            return self._append(action="rollback", version=stack[-2], alias="production", previous=stack[-1])

@@ -3,12 +3,12 @@ histogram). Plots are drawn with matplotlib's Agg backend (no display); every fi
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import polars as pl
 
 from schemas import EvalReport, Metric
+from tasks.files import open_output
 
 PLOTTED = ("valid_output_rate", "correct_tool_rate", "correct_args_rate", "execution_success_rate",
            "unsafe_action_rate", "pass@1")
@@ -17,9 +17,8 @@ SHOWN = (*PLOTTED, "success_rate", "mean_reward", "verifier_error_rate", "latenc
 
 
 def _save(fig: object, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
-    os.replace(tmp, path)
+    with open_output(path) as f:
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
 
 
 def plots(report: EvalReport, rollouts: pl.DataFrame, out: Path) -> dict[str, str]:

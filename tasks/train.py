@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,7 +90,9 @@ def grpo_rows(tasks: list[Task]) -> list[dict[str, Any]]:
 def load_tasks(config: TrainConfig, split: str) -> list[Task]:
     import polars as pl
 
-    frame = pl.read_parquet(Path(config.dataset) / f"{split}.parquet", columns=["id", "task"]).sort("id")
+    from tasks.publish import read_split
+
+    frame = read_split(Path(config.dataset), split, ["id", "task"]).sort("id")  # checked against the manifest
     if split == "train" and config.skip_tasks:
         marks = pl.read_parquet(config.skip_tasks, columns=["task_id", "mark"])
         skip = set(marks.filter(pl.col("mark") != "mixed")["task_id"].to_list())
@@ -113,13 +116,20 @@ def last_checkpoint(folder: Path) -> str | None:
 
 
 def _save_adapter(trainer: Any, out: Path) -> Path:
-    tmp = out / ".adapter-tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    trainer.save_model(str(tmp))
+    """Save to a unique temp folder, then rename it in; a failed save leaves no temp folder behind."""
+    for stale in out.glob(".adapter-tmp*"):  # a killed earlier save of this OUT (which one config owns)
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".adapter-tmp-", dir=out))
     target = out / "adapter"
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the adapter is read like any folder
+        trainer.save_model(str(tmp))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return target
 
 

@@ -13,6 +13,12 @@ Contract:
   option order ignored; arguments keep their order; quoting ignored) and
   compared with the reference: 1.0 if equal, else 0.0 (``wrong_command``).
 - The reference is ``task.reference.answer``.
+- Bounds per completion: a completion longer than ``MAX_CHARS`` characters
+  scores -1.0 with failure_class ``too_large`` (the fork-bomb pattern is
+  quadratic in the line's length: 0.09 s at the cap, hours for a megabyte);
+  below it one verification takes well under a second, with no worker process.
+  failure_class ``verifier_error`` (valid=False, reward None) when the verifier
+  itself broke.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "cli"
 VERSION = "1.0.0"
+MAX_CHARS = 4096  # 14x the longest reference command
 OPERATORS = {"|", "||", "&&", ";", "&"}
 CLUSTERED = {"rm", "ls", "cp", "mv", "chmod", "chown", "grep", "tar", "mkdir", "du", "df", "ps", "head", "tail",
              "sort", "wc", "uniq", "cut", "ln", "rsync", "scp", "zip", "unzip", "gzip", "touch", "cat", "diff"}
@@ -141,6 +148,9 @@ def _verdict(**fields: Any) -> Verdict:
 def _score(task: Task, completion: str) -> Verdict:
     if not task.reference.answer:
         raise ValueError("cli task has no reference command (reference.answer)")
+    if len(completion) > MAX_CHARS:
+        return _verdict(reward=-1.0, valid=True, failure_class="too_large", components={"format": 0.0},
+                        details=f"completion of {len(completion)} characters; at most {MAX_CHARS}")
     try:
         commands = parse(completion)
     except FormatError as err:

@@ -10,10 +10,16 @@ Contract:
 - A judge error (unreachable, HTTP error, timeout), a reply without a score or a score outside 0-10 gives
   valid=False with failure_class ``judge_failed`` and reward None: never reward 0.
 - It applies to tasks of env ``judge`` and to any task with a rubric.
+- Bounds per completion: each attempt has a total deadline of ``timeout_s`` (connect, send, and the whole reply:
+  the body is read chunk by chunk against it, so a server that trickles bytes is cut off; the last read waits at
+  most ``timeout_s`` more), a reply of at most ``MAX_REPLY_BYTES``, and ``retries`` + 1 attempts with 0.5 s, 1 s,
+  ... backoff. So one verification takes at most (retries + 1) x 2 x timeout_s plus the backoff; crossing it is
+  ``judge_failed`` (valid=False: the judge's fault, not the completion's). The judge does its own compute.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -28,6 +34,7 @@ from verifiers.common import batch_rewards, guarded_verify
 NAME = "judge"
 VERSION = "1.0.0"
 DEFAULT_RUBRIC = "10: fully correct and complete; 5: partly correct; 0: wrong, off-topic or empty."
+MAX_REPLY_BYTES = 1 << 20
 _SCORE = re.compile(r"score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*10)?", re.I)
 
 
@@ -88,6 +95,20 @@ def verdict_from_reply(reply: str | None, error: str = "") -> Verdict:
                    components={"judge_score": value}, details=reply[-200:], verifier=NAME, verifier_version=VERSION)
 
 
+def _post(url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, bytes]:
+    """(status, body) of one POST that ends within ``timeout_s`` however slowly the server sends."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.stream("POST", url, json=body, timeout=timeout_s) as response:
+        data = bytearray()
+        for chunk in response.iter_bytes():
+            data += chunk
+            if len(data) > MAX_REPLY_BYTES:
+                raise ValueError(f"reply larger than {MAX_REPLY_BYTES} bytes")
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout(f"no complete reply within {timeout_s:g} s")
+        return response.status_code, bytes(data)
+
+
 def ask(config: JudgeConfig, messages: list[dict[str, str]]) -> tuple[str | None, str]:
     """(reply, "") or (None, why) after retries with backoff."""
     body = {"model": config.model, "messages": messages, "temperature": 0.0, "seed": config.seed,
@@ -95,13 +116,13 @@ def ask(config: JudgeConfig, messages: list[dict[str, str]]) -> tuple[str | None
     why = ""
     for attempt in range(config.retries + 1):
         try:
-            response = httpx.post(f"{config.base_url}/chat/completions", json=body, timeout=config.timeout_s)
-            if response.status_code < 400:
-                return response.json()["choices"][0]["message"].get("content") or "", ""
-            why = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code < 500 and response.status_code != 429:
+            status, data = _post(f"{config.base_url}/chat/completions", body, config.timeout_s)
+            if status < 400:
+                return json.loads(data)["choices"][0]["message"].get("content") or "", ""
+            why = f"HTTP {status}: {data[:200].decode('utf-8', 'replace')}"
+            if status < 500 and status != 429:
                 break  # a client error will not change on retry
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
             why = f"{type(err).__name__}: {err}"
         if attempt < config.retries:
             time.sleep(0.5 * 2**attempt)

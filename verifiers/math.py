@@ -13,6 +13,12 @@ Contract:
   characters, and powers with exponents above 10,000 are refused.
 - Reward 1.0 when equivalent, else 0.0 (``wrong_answer``). The reference is
   ``task.reference.answer``.
+- Bounds per completion: the answers are compared in a worker process (``verifiers.bounds``) with at most
+  ``LIMITS.cpu_s`` CPU seconds, ``LIMITS.wall_s`` seconds of wall clock and ``LIMITS.memory_bytes`` of memory
+  (``\\boxed{pi.n(1000000)}`` would otherwise compute for a minute, larger N for hours). A completion that
+  crosses the time bounds scores 0.0 with failure_class ``timeout``, the memory bound ``too_large``
+  (valid=True: the completion's fault). Failure classes: ``no_answer``, ``ambiguous_answer``, ``wrong_answer``,
+  ``timeout``, ``too_large``, and ``verifier_error`` (valid=False, reward None) when the verifier itself broke.
 """
 
 from __future__ import annotations
@@ -31,11 +37,14 @@ from sympy.parsing.sympy_parser import (
 )
 
 from schemas import Task, Verdict
+from verifiers import bounds
 from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "math"
 VERSION = "1.0.0"
 REL_TOL = 1e-6
+# 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
+LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("verifiers.math",))
 NAMES = {"sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
          "log": sympy.log, "ln": sympy.log, "exp": sympy.exp, "e": sympy.E}
 _TRANSFORMS = standard_transformations + (implicit_multiplication_application, convert_xor)
@@ -153,6 +162,24 @@ def _safe_equivalent(answer: str, reference: str) -> bool:
         return False
 
 
+def compare(answers: list[str], reference: str) -> tuple[bool, bool]:
+    """(the boxes agree, the last one equals the reference): the sympy work, run in a bounded worker."""
+    consistent = all(_safe_equivalent(other, answers[-1]) for other in answers[:-1])
+    return consistent, consistent and _safe_equivalent(answers[-1], reference)
+
+
+def _bounded_compare(answers: tuple[str, ...], reference: str) -> tuple[bool, bool] | bounds.BoundExceeded:
+    try:
+        return bounds.run(compare, list(answers), reference, limits=LIMITS)
+    except bounds.BoundExceeded as err:
+        return err.with_traceback(None)  # remembered: keep no frames alive
+
+
+# compare() is pure, so its outcome (a bound crossed included) is remembered: a GRPO group repeating one slow
+# answer pays the bound once, and repeated answers skip the round trip to the worker.
+_cached_compare = lru_cache(maxsize=65536)(_bounded_compare)
+
+
 def _verdict(**fields: Any) -> Verdict:
     return Verdict(verifier=NAME, verifier_version=VERSION, **fields)
 
@@ -167,10 +194,18 @@ def _score(task: Task, completion: str) -> Verdict:
         return _verdict(reward=0.0, valid=True, failure_class="no_answer", details=str(err))
     if not answers:
         return _verdict(reward=0.0, valid=True, failure_class="no_answer", details="no \\boxed{} and no 'Answer:' line")
-    if any(not _safe_equivalent(other, answers[-1]) for other in answers[:-1]):
+    key = tuple(answers)
+    outcome = (_cached_compare if sum(map(len, key)) <= 4096 else _bounded_compare)(key, reference)
+    if isinstance(outcome, bounds.BoundExceeded):
+        memory = outcome.kind == "memory"  # CPU or wall: one message, so the verdict does not depend on the load
+        bound = f"the {LIMITS.memory_bytes >> 20} MiB memory bound" if memory else \
+            f"the time bound ({LIMITS.cpu_s} s CPU, {LIMITS.wall_s:g} s wall)"
+        return _verdict(reward=0.0, valid=True, failure_class="too_large" if memory else "timeout",
+                        components={"correct": 0.0}, details=f"answer {answers[-1][:80]!r}: exceeded {bound}")
+    consistent, correct = outcome
+    if not consistent:
         return _verdict(reward=0.0, valid=True, failure_class="ambiguous_answer",
                         details=f"{len(answers)} boxed answers that differ")
-    correct = _safe_equivalent(answers[-1], reference)
     return _verdict(reward=float(correct), valid=True, failure_class=None if correct else "wrong_answer",
                     components={"correct": float(correct)}, details=f"answer {answers[-1][:80]!r}")
 

@@ -17,6 +17,16 @@ Reward (exactly as the guidance states it):
 failure_class: unsafe_action > wrong_tool > wrong_args > schema_violation,
 None when the reward is 1.0. ``valid`` is False only when the verifier itself
 failed (then reward is None and failure_class ``verifier_error``).
+
+Bounds per completion: a completion longer than ``MAX_CHARS`` characters scores
+-1.0 with failure_class ``too_large``, and JSON nested deeper than ``MAX_DEPTH``
+is a ``format_error``; every step below is then linear or n log n in that
+size (the task's own schema patterns are task input, checked when the task is
+written), so one verification takes milliseconds at worst, with no worker
+process. Schemas are compiled with every reference resolver refusing: a
+``$ref`` that leaves the schema (a URL, a file) is never fetched; it raises
+``ForeignReference`` (verifier_error, the task's fault; Task validation already
+refuses such schemas up front).
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -36,11 +46,41 @@ from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "tool_call"
 VERSION = "1.0.0"
+MAX_CHARS = 65_536  # 20x the longest reference call; bounds the parse, the matching and the schema check
+MAX_DEPTH = 64
 _JSON_WS = " \t\n\r"
 
 
 class FormatError(ValueError):
     """The completion is not exactly one well-formed tool-call object."""
+
+
+class ForeignReference(ValueError):
+    """A tool schema's reference points outside the schema; it is refused, never fetched."""
+
+
+class _RefuseEveryScheme(Mapping[str, Callable[[str], Any]]):
+    """fastjsonschema's ``handlers``: it asks ``scheme in handlers`` and fetches with urllib when the answer is
+    no, so this mapping holds every scheme (http, https, file, ftp, data, and any other), each one refusing."""
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        return _refuse
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _refuse(uri: str) -> Any:
+    raise ForeignReference(f"$ref {uri!r} leaves the tool's schema; it is not fetched (use '#/...' references)")
+
+
+REFUSE_REMOTE = _RefuseEveryScheme()
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -66,12 +106,25 @@ _DECODER = json.JSONDecoder(
 )
 
 
+def _depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
 def parse_call(completion: str) -> ToolCall:
     """Parse a completion into a ToolCall or raise FormatError saying why."""
     try:
         value = _DECODER.decode(completion.strip(_JSON_WS))
     except (json.JSONDecodeError, RecursionError) as err:
         raise FormatError(f"not one JSON value: {err}") from None
+    if _depth(value) > MAX_DEPTH:
+        raise FormatError(f"JSON nested deeper than {MAX_DEPTH} levels")
     if not isinstance(value, dict) or set(value) != {"tool", "args"}:
         raise FormatError('expected an object with exactly the keys "tool" and "args"')
     if not isinstance(value["tool"], str) or not isinstance(value["args"], dict):
@@ -101,8 +154,9 @@ Validator = Callable[[Any], Any]
 
 @lru_cache(maxsize=4096)
 def _validator(schema_json: str) -> Validator:
-    """A compiled JSON Schema (draft-07) validator: 20x faster than interpreting the schema per call."""
-    return fastjsonschema.compile(json.loads(schema_json))
+    """A compiled JSON Schema (draft-07) validator: 20x faster than interpreting the schema per call. No
+    reference is ever resolved outside the schema (see REFUSE_REMOTE)."""
+    return fastjsonschema.compile(json.loads(schema_json), handlers=REFUSE_REMOTE)
 
 
 _BY_IDENTITY: dict[int, tuple[dict[str, Any], Validator]] = {}
@@ -170,6 +224,9 @@ def _score(task: Task, completion: str) -> Verdict:
     if len(task.reference.calls) != 1:
         raise ValueError(f"task {task.id[:12]} must have exactly one reference call, has {len(task.reference.calls)}")
     expected = task.reference.calls[0]
+    if len(completion) > MAX_CHARS:
+        return _verdict(reward=-1.0, valid=True, failure_class="too_large", components={"format": 0.0},
+                        details=f"completion of {len(completion)} characters; at most {MAX_CHARS}")
     try:
         call = parse_call(completion)
     except FormatError as err:

@@ -1,0 +1,140 @@
+"""A published dataset changed after publishing: every reader checks its files against manifest.json before use,
+so nothing is evaluated, trained or deduplicated against under a version and content hash that no longer describe
+it. Always on a copy of the shared `tool_dataset` (the fixture itself is never touched)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from flows.config import EvalConfig
+from flows.eval import load_split
+from flows.stages import reference_texts
+from tasks.publish import DATA_FILES, content_hash, file_sha256, read_manifest
+from tasks.train import TrainConfig, load_tasks
+
+FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
+CHANGED = ": the dataset was changed after publishing; regenerate it"
+
+
+@pytest.fixture
+def copy(tool_dataset: str, tmp_path: Path) -> Path:
+    version = tmp_path / "ds" / Path(tool_dataset).name
+    shutil.copytree(tool_dataset, version)
+    return version
+
+
+def cut_train(version: Path, rows: int = 10) -> tuple[str, str]:
+    """Rewrite train.parquet with its first rows only (a valid parquet file); return (recorded, new) sha256."""
+    path = version / "train.parquet"
+    recorded = file_sha256(path)
+    frame = pl.read_parquet(path)
+    assert frame.height > rows
+    frame.head(rows).write_parquet(path)
+    return recorded, file_sha256(path)
+
+
+def mismatch(version: Path, name: str, recorded: str, actual: str) -> str:
+    return f"{version / name} does not match manifest.json (sha256 {actual[:12]}, recorded {recorded[:12]}){CHANGED}"
+
+
+def flywheel_eval(version: Path, out: Path) -> subprocess.CompletedProcess:
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}  # the test harness's API: no server to start
+    return subprocess.run([FLYWHEEL, "eval", "--dataset", str(version), "--split", "train", "--out", str(out)],
+                          capture_output=True, text=True, timeout=180, env=env)
+
+
+def test_eval_refuses_a_split_cut_after_publishing(copy, tmp_path) -> None:
+    recorded, actual = cut_train(copy)
+    proc = flywheel_eval(copy, tmp_path / "eval")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [f"error: {mismatch(copy, 'train.parquet', recorded, actual)}"]
+    assert not (tmp_path / "eval").exists()
+
+
+def test_garbage_parquet_is_one_line(copy, tmp_path) -> None:
+    path = copy / "train.parquet"
+    recorded = file_sha256(path)
+    path.write_bytes(b"PAR1 this is not parquet PAR1")
+    proc = flywheel_eval(copy, tmp_path / "eval")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"error: {mismatch(copy, 'train.parquet', recorded, file_sha256(path))}"]
+
+
+def test_garbage_parquet_behind_an_edited_manifest_is_one_line(copy, tmp_path) -> None:
+    """Someone "fixed" the manifest to the garbage file's hash: the read itself fails with one clear line."""
+    path = copy / "train.parquet"
+    path.write_bytes(b"PAR1 this is not parquet PAR1")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"]["train.parquet"] = file_sha256(path)
+    manifest["content_hash"] = content_hash(manifest["files"])
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    proc = flywheel_eval(copy, tmp_path / "eval")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {path} is not a readable parquet file (") and \
+        lines[0].endswith("); regenerate the dataset")
+
+
+def test_manifest_edited_to_other_hashes_is_refused(copy) -> None:
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"]["heldout.parquet"] = hashlib.sha256(b"other").hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as err:
+        load_split(EvalConfig(dataset=str(copy), out=str(copy.parent / "e"), split="heldout"))
+    assert str(err.value) == (f"{copy / 'manifest.json'}: content_hash does not match the files' sha256: the manifest "
+                              "was edited after publishing; regenerate the dataset")
+
+
+def test_training_and_dedupe_against_a_parent_refuse_a_changed_split(copy, tmp_path) -> None:
+    recorded, actual = cut_train(copy)
+    expected = mismatch(copy, "train.parquet", recorded, actual)
+    with pytest.raises(ValueError) as err:
+        load_tasks(TrainConfig(dataset=str(copy), out=str(tmp_path / "t")), "train")
+    assert str(err.value) == expected
+    with pytest.raises(ValueError) as err:
+        reference_texts("datasets/seeds", "tool_call", None, (str(copy),))
+    assert str(err.value) == expected
+
+
+def test_intact_copy_still_reads_and_old_manifests_keep_working(copy, tool_dataset) -> None:
+    """The published files are what the manifest (as written since the first release) records."""
+    manifest = read_manifest(copy)
+    assert set(DATA_FILES) <= set(manifest.files) and content_hash(manifest.files) == manifest.content_hash
+    tasks, tools, info = load_split(EvalConfig(dataset=str(copy), out=str(copy.parent / "e"), split="train"))
+    assert len(tasks) == manifest.counts["train"] == len(tools) and info["content_hash"] == manifest.content_hash
+    assert {p.name: file_sha256(p) for p in Path(tool_dataset).glob("*.parquet")} == manifest.files
+
+
+def test_publish_beside_a_running_publisher_keeps_its_temp_folder(tmp_path) -> None:
+    """Only a killed publisher's leftovers are cleaned up; a live one holds an flock on its temp folder."""
+    import fcntl
+
+    from tasks.publish import publish
+
+    root = tmp_path / "ds"
+    live, dead = root / ".tmp-live", root / ".tmp-dead"
+    live.mkdir(parents=True)
+    dead.mkdir()
+    (live / "train.parquet").write_bytes(b"being written")
+    fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what the other publisher holds while it writes
+    try:
+        frame = pl.DataFrame({"id": ["a", "b"], "prompt": ["x", "y"]})
+        fields = dict(env="tool_call", counts={}, stage_counts={}, reject_reasons={}, params={}, run_seed=1,
+                      code_version="x", seeds_hash="y", created_at="now")
+        version = publish(tmp_path, "ds", {"train": frame, "heldout": frame.head(1), "rejected": frame.head(0)}, fields)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in root.iterdir()) == [".tmp-live", version.name]
+    assert (live / "train.parquet").read_bytes() == b"being written"

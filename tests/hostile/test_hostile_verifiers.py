@@ -1,0 +1,322 @@
+"""Hostile inputs to the in-process verifiers: tool schemas whose $ref points at a URL or a file (never fetched,
+refused up front), completions that would compute for hours (math) or scan quadratically (cli), oversized and
+over-nested completions, and a judge server that trickles its reply. Every case asserts the exact verdict and a
+bound on the time it took."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from schemas import Task, ToolSpec, Verdict
+from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
+from verifiers import bounds, cli, judge, tool_call, workplace
+from verifiers import math as math_verifier
+
+ROOT = Path(__file__).resolve().parents[2]
+FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
+SECRET = "s3cr3t-value-7f1c"
+
+
+def within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """fn() run in a thread; fails the test (instead of hanging it) when it takes longer than ``seconds``."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as err:  # re-raised in the test's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+@contextmanager
+def silent_listener() -> Iterator[tuple[socket.socket, int]]:
+    """A real 127.0.0.1 server socket that never accepts nor answers: a fetch of its URL would hang forever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        yield server, server.getsockname()[1]
+    finally:
+        server.close()
+
+
+def was_contacted(server: socket.socket) -> bool:
+    readable, _, _ = select.select([server], [], [], 0.2)
+    return bool(readable)
+
+
+def tool_task(parameters: dict[str, Any], *, validate: bool = True, env: str = "tool_call",
+              name: str = "lookup") -> Task:
+    """A task whose one tool has ``parameters``; ``validate=False`` builds it as a caller that skipped Task
+    validation would (the verifier must still never fetch)."""
+    spec = {"name": name, "parameters": parameters, "safety": "read"}
+    reference: dict[str, Any] = {"calls": [{"tool": name, "args": {"a": "x"}}]}
+    if env == "workplace":
+        reference |= {"state": {}, "final_state": {}}
+    raw = {"env": env, "messages": [{"role": "user", "content": "Look up a."}], "tools": [spec],
+           "reference": reference, "meta": {"seed_id": "hostile"}}
+    if validate:
+        return Task.model_validate(raw)
+    task = Task.model_validate({**raw, "tools": []})
+    return task.model_copy(update={"tools": (ToolSpec.model_construct(**spec),)})
+
+
+def ref_schema(url: str) -> dict[str, Any]:
+    return {"type": "object", "properties": {"a": {"$ref": url}}}
+
+
+@pytest.fixture()
+def secret_file(tmp_path: Path) -> Path:
+    path = tmp_path / "secret.json"
+    path.write_text(json.dumps({"type": "string", "enum": [SECRET], "description": SECRET}), encoding="utf-8")
+    return path
+
+
+# --- 1. remote $ref --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("schema", "named"), [
+    ({"$ref": "http://127.0.0.1:9/s.json"}, "$ref 'http://127.0.0.1:9/s.json'"),
+    (ref_schema("file:///etc/passwd"), "$ref 'file:///etc/passwd'"),
+    (ref_schema("other.json#/a"), "$ref 'other.json#/a'"),
+    ({"items": [{"$ref": "https://x.example/a"}]}, "$ref 'https://x.example/a'"),
+    ({"$id": "http://127.0.0.1:9/a#x", "properties": {"a": {"$ref": "#/definitions/b"}}}, "$id 'http://127.0.0.1:9/a#x'"),
+    ({"id": "http://127.0.0.1:9/a#x", "properties": {"a": {"$ref": "#/definitions/b"}}}, "id 'http://127.0.0.1:9/a#x'"),
+])
+def test_a_schema_reference_leaving_the_schema_is_bad_task_input(schema: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        tool_task(schema)
+    error = info.value.errors()[0]
+    assert error["loc"] == ("tools", 0, "parameters")
+    assert error["msg"] == f"Value error, {named} leaves the tool's schema: use only '#/...' references within it"
+
+
+def test_local_references_and_properties_named_like_keywords_stay_valid() -> None:
+    schema = {"type": "object", "definitions": {"s": {"type": "string"}},
+              "properties": {"a": {"$ref": "#/definitions/s"}, "$ref": {"type": "string"}, "id": {"type": "string"}}}
+    task = tool_task(schema)
+    assert tool_call.verify(task, '{"tool": "lookup", "args": {"a": "x"}}').reward == 1.0
+    wrong_type = tool_call.verify(task, '{"tool": "lookup", "args": {"a": 3}}')
+    assert (wrong_type.reward, wrong_type.details) == (0.4, "args.a: must be string")
+
+
+@pytest.mark.parametrize("verify", [tool_call.verify, workplace.verify], ids=["tool_call", "workplace"])
+def test_the_verifier_never_fetches_a_remote_ref_even_when_validation_was_skipped(verify) -> None:
+    with silent_listener() as (server, port):
+        url = f"http://127.0.0.1:{port}/s.json"
+        if verify is workplace.verify:  # a real workplace tool, so the call reaches the schema check
+            task = tool_task(ref_schema(url), validate=False, env="workplace", name="search_emails")
+            completion = json.dumps(workplace.trajectory_from_calls(task.reference.calls))
+        else:
+            task = tool_task(ref_schema(url), validate=False)
+            completion = '{"tool": "lookup", "args": {"a": "x"}}'
+        started = time.monotonic()
+        verdict = within(10, lambda: verify(task, completion))
+        assert time.monotonic() - started < 2
+        assert not was_contacted(server), "the verifier connected to the $ref's server"
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (None, False, "verifier_error")
+    assert verdict.details == (f"ForeignReference: $ref '{url}' leaves the tool's schema; it is not fetched "
+                               "(use '#/...' references)")
+
+
+def test_a_file_ref_never_reads_the_file(secret_file: Path) -> None:
+    task = tool_task(ref_schema(secret_file.as_uri()), validate=False)
+    for args in ({"a": SECRET}, {"a": "other"}):
+        verdict = tool_call.verify(task, json.dumps({"tool": "lookup", "args": args}))
+        assert verdict.failure_class == "verifier_error"
+        assert SECRET not in verdict.model_dump_json().replace(json.dumps(args), "")
+
+
+def _score_cli(tmp_path: Path, task: dict[str, Any], completion: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps({"task": task, "completion": completion}) + "\n", encoding="utf-8")
+    done = subprocess.run([FLYWHEEL, "score", "--verifier", "tool_call", "--input", str(source), "--output",
+                           str(target)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return done, source
+
+
+def test_score_cli_refuses_a_remote_ref_task_without_connecting(tmp_path: Path) -> None:
+    with silent_listener() as (server, port):
+        url = f"http://127.0.0.1:{port}/s.json"
+        task = tool_task({"type": "object"}).model_dump(mode="json") | {"id": ""}
+        task["tools"][0]["parameters"] = ref_schema(url)
+        done, source = _score_cli(tmp_path, task, '{"tool": "lookup", "args": {"a": "x"}}')
+        assert not was_contacted(server)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == "error: 1 of 1 input lines malformed (listed above; the others were processed)"
+    report = " ".join(done.stderr.split())  # the console may wrap the bad-line report
+    assert f"{source}:1: --tools.0.parameters: " in report
+    assert f"$ref '{url}' leaves the tool's schema: use only '#/...' references within it" in report
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == ""
+
+
+def test_score_cli_never_shows_a_file_refs_content(tmp_path: Path, secret_file: Path) -> None:
+    task = tool_task({"type": "object"}).model_dump(mode="json") | {"id": ""}
+    task["tools"][0]["parameters"] = ref_schema(secret_file.as_uri())
+    done, _ = _score_cli(tmp_path, task, json.dumps({"tool": "lookup", "args": {"a": "x"}}))
+    assert done.returncode == 2
+    written = (tmp_path / "out.jsonl").read_text(encoding="utf-8") if (tmp_path / "out.jsonl").exists() else ""
+    assert SECRET not in done.stdout + done.stderr + written
+
+
+# --- 4. bounds per completion ----------------------------------------------------------------------------------
+
+MATH_TASK = Task.model_validate({"env": "math", "messages": [{"role": "user", "content": "Compute 1 + 2."}],
+                                 "reference": {"answer": "3"}, "meta": {"seed_id": "hostile"}})
+
+
+def _math(completion: str) -> Verdict:
+    math_verifier._cached_compare.cache_clear()  # the worker decides each time, not the memo
+    return within(20, lambda: math_verifier.verify(MATH_TASK, completion))
+
+
+@pytest.mark.parametrize("answer", ["pi.n(1000000)"])
+def test_math_answers_that_compute_for_minutes_hit_the_time_bound(answer: str) -> None:
+    verdicts = []
+    for _ in range(2):
+        started = time.monotonic()
+        verdicts.append(_math(f"\\boxed{{{answer}}}"))
+        assert time.monotonic() - started < 10
+    assert verdicts[0] == verdicts[1]
+    assert verdicts[0].model_dump() == {
+        "reward": 0.0, "valid": True, "failure_class": "timeout", "components": {"correct": 0.0},
+        "details": f"answer {answer!r}: exceeded the time bound (2 s CPU, 8 s wall)", "verifier": "math",
+        "verifier_version": "1.0.0"}
+    assert _math("\\boxed{3}").reward == 1.0  # the killed worker was replaced
+
+
+@pytest.mark.parametrize("answer", ["10**10**10", "9^9^9", "factorial(10**7)", "2^9999^9999", "(2^9999)^9999",
+                                    "e^(e^(e^(e^9)))", "10^(10^(10^10))"])
+def test_math_huge_numbers_are_wrong_answers_within_seconds(answer: str) -> None:
+    started = time.monotonic()
+    first, second = _math(f"\\boxed{{{answer}}}"), _math(f"\\boxed{{{answer}}}")
+    assert time.monotonic() - started < 10
+    assert first == second
+    assert (first.reward, first.valid, first.failure_class) == (0.0, True, "wrong_answer")
+
+
+def test_cli_long_line_is_too_large_not_a_quadratic_scan() -> None:
+    task = Task.model_validate({"env": "cli", "messages": [{"role": "user", "content": "List files."}],
+                                "reference": {"answer": "ls"}, "meta": {"seed_id": "hostile"}})
+    verdict = within(5, lambda: cli.verify(task, "a(){" + "a" * 1_000_000))
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (-1.0, True, "too_large")
+    assert verdict.details == f"completion of 1000004 characters; at most {cli.MAX_CHARS}"
+    at_cap = within(5, lambda: cli.verify(task, "a(){" + "a" * (cli.MAX_CHARS - 4)))
+    assert at_cap.failure_class == "wrong_command"
+
+
+def test_tool_call_oversized_and_over_nested_completions() -> None:
+    task = tool_task({"type": "object", "properties": {"a": {"type": "string"}}})
+    big = json.dumps({"tool": "lookup", "args": {"a": "x" * tool_call.MAX_CHARS}})
+    verdict = within(5, lambda: tool_call.verify(task, big))
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (-1.0, True, "too_large")
+    nested = json.dumps({"tool": "lookup", "args": {"a": json.loads("[" * 400 + "]" * 400)}})
+    verdict = within(5, lambda: tool_call.verify(task, nested))
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (-1.0, True, "format_error")
+    assert verdict.details == "JSON nested deeper than 64 levels"
+
+
+@pytest.fixture(scope="module")
+def wp_task() -> Task:
+    seeds_path, tools_path = env_paths("workplace")
+    tools = load_tools(tools_path)
+    return seed_task(load_seeds(seeds_path, tools)[0], tools)
+
+
+def test_workplace_oversized_trajectories(wp_task: Task) -> None:
+    calls = [wp_task.reference.calls[0]] * (workplace.MAX_CALLS + 1)
+    many = json.dumps(workplace.trajectory_from_calls(calls))
+    verdict = within(5, lambda: workplace.verify(wp_task, many))
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (-1.0, True, "too_large")
+    assert verdict.details == f"{workplace.MAX_CALLS + 1} tool calls; at most {workplace.MAX_CALLS}"
+    huge = json.dumps([{"role": "assistant", "content": "x" * workplace.MAX_CHARS}])
+    verdict = within(5, lambda: workplace.verify(wp_task, huge))
+    assert (verdict.failure_class, verdict.details) == ("too_large", f"trajectory of {len(huge)} characters; "
+                                                                     f"at most {workplace.MAX_CHARS}")
+    deep = json.dumps([{"role": "assistant", "tool_calls": [{"function": {"name": "x", "arguments": "[" * 100_000}}]}])
+    assert within(5, lambda: workplace.verify(wp_task, deep)).failure_class in ("format_error", "incomplete")
+
+
+def test_bounds_kinds() -> None:
+    limits = bounds.Limits(cpu_s=1, wall_s=3.0, memory_bytes=1 << 30)
+    with pytest.raises(bounds.BoundExceeded, match="exceeded the 1 s CPU bound") as cpu:  # long before its wall bound
+        within(40, lambda: bounds.run(sum, range(10**12), limits=bounds.Limits(1, 30.0, 1 << 30)))
+    with pytest.raises(bounds.BoundExceeded, match="exceeded the 3 s wall-clock bound") as wall:
+        within(15, lambda: bounds.run(time.sleep, 60, limits=limits))
+    with pytest.raises(bounds.BoundExceeded, match="exceeded the 1024 MiB memory bound") as memory:
+        within(15, lambda: bounds.run(bytearray, 4 << 30, limits=limits))
+    assert (cpu.value.kind, wall.value.kind, memory.value.kind) == ("cpu", "wall", "memory")
+    with pytest.raises(bounds.WorkerError, match="ValueError: invalid literal for int"):
+        bounds.run(int, "x", limits=limits)
+    assert bounds.run(int, "7", limits=limits) == 7
+
+
+# --- the judge: a total deadline per attempt --------------------------------------------------------------------
+
+@contextmanager
+def trickling_server() -> Iterator[str]:
+    """Answers 200 with headers at once, then one byte of body every 0.2 s, forever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            try:
+                while not stop.wait(0.2):
+                    conn.sendall(b" ")
+            except OSError:
+                pass
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        server.close()
+
+
+def test_a_judge_that_trickles_bytes_is_cut_off_at_its_deadline() -> None:
+    previous = judge._config
+    task = Task.model_validate({"env": "judge", "messages": [{"role": "user", "content": "Capital of France?"}],
+                                "reference": {"answer": "Paris"}, "meta": {"seed_id": "hostile"}})
+    try:
+        with trickling_server() as base:
+            judge.configure(base, "m", timeout_s=1, retries=1)
+            started = time.monotonic()
+            verdict = within(15, lambda: judge.verify(task, "Paris"))
+            elapsed = time.monotonic() - started
+    finally:
+        judge._config = previous
+    assert elapsed < 2 * 2 * 1 + 0.5 + 1
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (None, False, "judge_failed")
+    assert verdict.details == "judge error: ReadTimeout: no complete reply within 1 s"

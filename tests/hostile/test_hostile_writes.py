@@ -1,0 +1,205 @@
+"""Hostile output targets through the real CLI (`flywheel score`, `flywheel dedupe` as subprocesses): a device,
+a FIFO, a symlink, a folder, a read-only folder and a write that fails half-way. Each one is written through or
+refused with one line; the target stays what it was and no temp file is left beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks.files import open_output
+from tasks.seeds import seed_task
+
+FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
+COMMANDS = ("score", "dedupe")
+DEVICE_FULL = "error: cannot write /dev/full: no space left on device; free space or choose another path"
+
+
+@pytest.fixture
+def inputs(tmp_path: Path, catalog) -> Path:
+    """One input file per command, in a folder of its own (the output folder is listed in the tests)."""
+    tools, seeds = catalog
+    task = seed_task(seeds[0], tools)
+    call = task.reference.calls[0]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    row = {"task": task.model_dump(mode="json"), "completion": json.dumps({"tool": call.tool, "args": call.args})}
+    (folder / "score.jsonl").write_text(json.dumps(row) + "\n")
+    (folder / "dedupe.jsonl").write_text("".join(json.dumps({"t": t}) + "\n" for t in ("a b c d", "a b c d", "x y z")))
+    return folder
+
+
+def flywheel(command: str, inputs: Path, output: Path | str, **popen: object) -> subprocess.CompletedProcess:
+    args = {"score": ["--verifier", "tool_call"], "dedupe": ["--field", "t"]}[command]
+    return subprocess.run([FLYWHEEL, command, *args, "--input", str(inputs / f"{command}.jsonl"), "--output", str(output)],
+                          capture_output=True, text=True, timeout=120, **popen)  # type: ignore[call-overload]
+
+
+def expected_lines(command: str) -> int:
+    return {"score": 1, "dedupe": 3}[command]
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return proc.stderr.strip().splitlines()
+
+
+def dev_leftovers(name: str) -> list[str]:
+    return [p for p in os.listdir("/dev") if p.startswith(f".{name}.")]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_dev_null_is_written_through_and_stays_a_device(command, inputs) -> None:
+    before = os.stat("/dev/null")
+    proc = flywheel(command, inputs, "/dev/null")
+    after = os.stat("/dev/null")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(after.st_mode) and (after.st_rdev, after.st_mode) == (before.st_rdev, before.st_mode)
+    assert dev_leftovers("null") == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_dev_full_is_one_line_no_space_and_stays_a_device(command, inputs) -> None:
+    before = os.stat("/dev/full")
+    proc = flywheel(command, inputs, "/dev/full")
+    after = os.stat("/dev/full")
+    assert proc.returncode == 1 and error_lines(proc) == [DEVICE_FULL]
+    assert stat.S_ISCHR(after.st_mode) and (after.st_rdev, after.st_mode) == (before.st_rdev, before.st_mode)
+    assert dev_leftovers("full") == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_fifo_with_a_reader_is_written_through(command, inputs, tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    fifo = out / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader is there before the writer opens
+    try:
+        proc = flywheel(command, inputs, fifo)
+        data = os.read(reader, 1 << 20).decode()
+    finally:
+        os.close(reader)
+    assert proc.returncode == 0, proc.stderr
+    assert len(data.splitlines()) == expected_lines(command) and all(json.loads(line) for line in data.splitlines())
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.listdir(out) == ["pipe"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_fifo_without_a_reader_is_one_line_not_a_hang(command, inputs, tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    fifo = out / "pipe"
+    os.mkfifo(fifo)
+    proc = flywheel(command, inputs, fifo)
+    assert proc.returncode == 1 and error_lines(proc) == [
+        f"error: cannot write {fifo}: it is a FIFO with no reader (or a socket); start the reader first or name a "
+        "regular file"]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.listdir(out) == ["pipe"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_symlink_stays_a_link_and_its_target_is_written(command, inputs, tmp_path) -> None:
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    target = out / "data" / "real.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    link = out / "link.jsonl"
+    link.symlink_to("data/real.jsonl")
+    proc = flywheel(command, inputs, link)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == "data/real.jsonl"
+    lines = target.read_text().splitlines()
+    assert len(lines) == expected_lines(command) and all(json.loads(line) for line in lines)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640  # the existing file's mode is kept
+    assert sorted(os.listdir(out)) == ["data", "link.jsonl"] and os.listdir(out / "data") == ["real.jsonl"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_directory_as_output_is_one_line(command, inputs, tmp_path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    proc = flywheel(command, inputs, folder)
+    assert proc.returncode == 1 and error_lines(proc) == [f"error: cannot write {folder}: it is a directory; name a file"]
+    assert folder.is_dir() and os.listdir(folder) == [] and sorted(os.listdir(tmp_path)) == ["in", "out"]
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):
+    """A folder nobody may write into: chmod for a normal user; root ignores modes, so also the immutable flag."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (folder / "old.jsonl").write_text("old\n")
+    folder.chmod(0o555)
+    immutable = os.geteuid() == 0
+    if immutable and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        folder.chmod(0o755)
+        pytest.skip("running as root and chattr +i is not available: a folder cannot be made read-only")
+    try:
+        yield folder
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_read_only_folder_is_one_line_and_untouched(command, inputs, read_only_dir) -> None:
+    target = read_only_dir / "old.jsonl"
+    proc = flywheel(command, inputs, target)
+    assert proc.returncode == 1 and error_lines(proc) == [
+        f"error: cannot write {target}: permission denied; choose a path you can write"]
+    assert os.listdir(read_only_dir) == ["old.jsonl"] and target.read_text() == "old\n"
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # Python ignores SIGXFSZ: a bigger write fails with EFBIG
+
+
+def test_write_failing_half_way_keeps_the_old_file_and_leaves_no_temp(inputs, tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "scored.jsonl"
+    target.write_text("old\n")
+    proc = flywheel("score", inputs, target, preexec_fn=_limit_file_size)
+    assert proc.returncode == 1 and error_lines(proc) == [
+        f"error: cannot write {target}: File too large; choose another path"]
+    assert os.listdir(out) == ["scored.jsonl"] and target.read_text() == "old\n"
+
+
+def test_interrupted_write_removes_its_temp_file(tmp_path) -> None:
+    target = tmp_path / "report.md"
+    target.write_text("old\n")
+    with pytest.raises(KeyboardInterrupt), open_output(target) as f:
+        f.write(b"half")
+        raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == ["report.md"] and target.read_text() == "old\n"
+
+
+def test_new_file_gets_the_umask_mode_not_the_temp_files(tmp_path) -> None:
+    old = os.umask(0o027)
+    try:
+        with open_output(tmp_path / "new.jsonl") as f:
+            f.write(b"x\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.jsonl").stat().st_mode) == 0o640 and os.listdir(tmp_path) == ["new.jsonl"]
+
+
+def test_socket_is_one_line_and_stays_a_socket(tmp_path) -> None:
+    import socket
+
+    path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        with pytest.raises(OSError, match=r"^cannot write .*sock: it is a FIFO with no reader \(or a socket\)"):
+            with open_output(path) as f:
+                f.write(b"x")
+        assert stat.S_ISSOCK(os.lstat(path).st_mode) and os.listdir(tmp_path) == ["sock"]
