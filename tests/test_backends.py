@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -64,24 +62,18 @@ def test_openai_backend_retries_then_names_the_failure() -> None:
         para.paraphrase(["hello"], [1])
 
 
-VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
-
-
 @pytest.mark.vllm
-def test_vllm_backend_in_process_with_per_request_seeds() -> None:
-    """vllm.LLM in its own virtual environment (deploy/install.sh --with-vllm); CI always builds it."""
-    if not VLLM_PYTHON.exists():
+def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
+    """vllm.LLM in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it). The worker is loaded
+    once per process and shared with tests/test_eval.py's vllm test: one engine start (minutes) for both."""
+    from tasks.vllm_worker import vllm_python
+
+    if not vllm_python().exists():
         if os.environ.get("CI"):
             pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
         pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
-    from tasks.models import embedded_checkpoint
-
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([str(VLLM_PYTHON), "tests/helpers/vllm_paraphrase.py", str(embedded_checkpoint())],
-                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True,
-                          timeout=1200)
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert done.returncode == 0 and line, done.stderr[-3000:]
-    result = json.loads(line.removeprefix("RESULT "))
-    assert result["same"], "the same row seeds must give the same paraphrases"
-    _check_rows(result["rows"], result["rejects"], "vllm")
+    tools, seeds = catalog
+    para = make_paraphraser("vllm", None, None)
+    first = generate_candidates(range(8), seeds, tools, 3, para)
+    assert first == generate_candidates(range(8), seeds, tools, 3, para), "the same row seeds must give the same paraphrases"
+    _check_rows(first[0], first[1], "vllm")
