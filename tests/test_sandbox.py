@@ -43,17 +43,34 @@ def divisible_task() -> Task:
 
 
 def sandbox_processes() -> list[str]:
-    """Processes a sandbox could have left: bwrap itself, or anything running as nobody (when we are root)."""
+    """Processes a sandbox of this test could have left on the host: bwrap or anything running as nobody (when we
+    are root) that is our descendant or was orphaned onto the host's init (others' sandboxes on the machine are
+    not ours to count)."""
+    ours = set(descendants(os.getpid()))
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+        except (OSError, ValueError):
             continue
-        uid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:")))
-        if "--unshare-pid" in cmd or (os.geteuid() == 0 and uid == NOBODY):
+        sandboxed = "--unshare-pid" in cmd or (os.geteuid() == 0 and int(status["Uid"].split()[0]) == NOBODY)
+        if sandboxed and (int(pid) in ours or int(status["PPid"]) == 1):
             found.append(f"{pid}: {cmd[:80]}")
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    found, stack = [], [pid]
+    while stack:
+        parent = stack.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            stack += children
     return found
 
 
@@ -117,3 +134,25 @@ def test_trl_reward_runs_a_batch_in_parallel_in_order() -> None:
     good = "def solve(xs):\n    return [x for x in xs if x % 3 == 0]\n"
     rewards = code.code_reward([good, "def solve(xs):\n    return []\n", "syntax error(", good], task=[task] * 4)
     assert rewards == [1.0, 0.5, 0.0, 1.0]
+
+
+def test_flooding_the_real_channel_is_a_resource_limit(monkeypatch) -> None:
+    """The channel is no longer fd 3 (that is the candidate's output file now): flooding the real one still caps."""
+    source = ("import os, stat\ndef solve(xs):\n    while True:\n        for fd in range(3, 64):\n            try:\n"
+              "                if stat.S_ISFIFO(os.fstat(fd).st_mode):\n                    os.write(fd, b'x' * 65536)\n"
+              "            except OSError:\n                pass\n")
+    monkeypatch.setattr(code, "LIMITS", Limits(cpu_s=1, wall_s=3))
+    verdict = code.verify(divisible_task(), source)
+    assert (verdict.reward, verdict.failure_class, verdict.details) == (0.0, "resource_limit", "flooded the result channel")
+    assert sandbox_processes() == []
+
+
+def test_a_candidate_cannot_pass_for_a_sandbox_that_failed_to_start() -> None:
+    """bwrap's own processes share the candidate's uid: writing bwrap-like errors to their stderr and exiting must
+    still be the candidate's runtime_error (reward 0), never valid=False (which would drop the sample)."""
+    source = ("import os\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
+              "        fd = os.open(f'/proc/{pid}/fd/2', os.O_WRONLY)\n        os.write(fd, b'bwrap: cannot start\\n')\n"
+              "    except OSError:\n        pass\nos._exit(1)\n")
+    verdict = code.verify(divisible_task(), source)
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (0.0, True, "runtime_error")
+    assert verdict.details == "the program exited before the tests finished (exit status 1)"

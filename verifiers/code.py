@@ -2,15 +2,20 @@
 
 Contract:
 - The program is the last fenced ```python (or unlabelled ```) block of the completion, else the whole text.
-- It runs in ``verifiers.sandbox`` (no network, limits, nobody, fresh tmpfs); only the tests' arguments go in.
-  The sandbox returns the entry point's return values and the comparison happens here, in the trusted
-  process, so printing, exiting early or patching builtins gains nothing.
+- It runs in ``verifiers.sandbox`` (no network, limits, nobody, a user namespace per sandbox, fresh tmpfs);
+  only the tests' arguments go in. The sandbox returns the entry point's return values, one reply per test
+  request carrying that request's nonce, and the comparison happens here, in the trusted process, so
+  printing, exiting early, patching builtins or writing results to the channel gains nothing.
+- Bounds per completion: ``LIMITS`` (2 CPU s, 10 s wall clock, 512 MB address space, 1 MB files, 8 processes
+  counted in its own user namespace, 1 MB on the result channel); beyond them: timeout or resource_limit.
 - Reward = fraction of tests whose return value equals the expected one (JSON values; numbers compare with
   relative tolerance 1e-9, True is not 1). A run that leaves a process alive, or floods the result channel,
   scores 0.
-- failure_class, first that applies: syntax_error, timeout (CPU or wall clock), resource_limit (memory, file
-  size, process count, leftover processes, output flood), runtime_error (exceptions, early exit), test_failure;
-  None at reward 1.0. A sandbox that cannot start gives valid=False (verifier_error), never reward 0.
+- failure_class, first that applies: tampering (a line on the result channel that is not the one reply to the
+  outstanding request: forged, unsolicited, duplicated or out of order; reward 0), syntax_error, timeout (CPU
+  or wall clock), resource_limit (memory, file size, process count, leftover processes, output flood),
+  runtime_error (exceptions, early exit), test_failure; None at reward 1.0. A sandbox that cannot start (the
+  harness never said hello) gives valid=False (verifier_error), never reward 0.
 - The task needs ``reference.entry_point`` and ``reference.tests``; ``reference.answer`` is a reference solution.
 """
 
@@ -26,7 +31,7 @@ from verifiers.common import batch_rewards, guarded_verify
 from verifiers.sandbox import Limits, RunResult, run_code
 
 NAME = "code"
-VERSION = "1.0.0"
+VERSION = "1.1.0"
 LIMITS = Limits()
 _FENCE = re.compile(r"```(python|py)?[ \t]*\n(.*?)```", re.S)
 _RESOURCE_ERRORS = {"MemoryError"}
@@ -62,6 +67,8 @@ def _error_text(error: dict[str, Any]) -> str:
 
 def classify(result: RunResult, n_tests: int, expected: list[Any]) -> tuple[float, str | None, str]:
     """(reward, failure_class, details) from the sandbox's events; see the module contract."""
+    if result.tampering:
+        return 0.0, "tampering", result.tampering
     by_kind = {e["event"]: e for e in result.events}
     if "syntax_error" in by_kind:
         return 0.0, "syntax_error", _error_text(by_kind["syntax_error"].get("error", {}))

@@ -1,17 +1,28 @@
 """The program that runs inside the sandbox (stdlib only; passed to ``python -I -S -c``, never imported by the host).
 
-Protocol: stdin holds ``{"code", "entry_point", "inputs"}``; fd 1 becomes the result channel and gets one JSON
-line per event: ``syntax_error``, ``load_error``, ``test`` (``i`` plus ``value`` or ``error``), ``leftover``
-(processes still alive after the tests) and ``done``. The candidate's own stdout and stderr go to a size-limited
-file in the sandbox's temporary directory. Expected outputs never come in: the host compares.
+Protocol (one JSON object per line; the host in ``verifiers.sandbox`` drives it and checks every reply):
+- The harness writes ``{"event": "hello"}`` before it reads anything, so the host knows the sandbox started and
+  that whatever follows happened after the candidate could run.
+- The host sends ``{"code", "entry_point", "limits"}``. The harness sets the limits on itself, compiles and runs
+  the program, and answers ``ready``, or ``syntax_error`` / ``load_error`` (with ``error``) and exits.
+- Then, one at a time, the host sends ``{"nonce", "args"}`` and the harness answers exactly one
+  ``{"nonce", "value"}`` or ``{"nonce", "error"}`` for that call; last ``{"nonce", "finish": true}`` gets
+  ``{"nonce", "event": "finished"}`` and the harness waits to be killed. Expected outputs never come in.
+- The candidate's own stdout and stderr go to ``output.txt`` (fd 3, the channel's old number, so code that
+  guesses the channel writes into its own capped file). The channel is reachable from the candidate's code, as
+  anything in this process is; the host therefore trusts no line on its own: a reply counts only when it answers
+  the one outstanding request with that request's nonce, which exists only after the program has loaded, and a
+  second, unsolicited or out-of-order line is tampering.
 """
 
-import copy
 import json
 import os
+import resource
 import sys
 
-RESERVE = [bytearray(8 << 20)]  # freed when the candidate runs out of memory, so the report can still be written
+RESERVE = [bytearray(8 << 20)]  # freed when the candidate runs out of memory, so the reply can still be written
+LIMITS = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,
+          "nproc": resource.RLIMIT_NPROC, "nofile": resource.RLIMIT_NOFILE, "core": resource.RLIMIT_CORE}
 
 
 def describe(err):
@@ -22,56 +33,59 @@ def describe(err):
 
 
 def main():
-    payload = json.loads(sys.stdin.buffer.read())
-    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    output = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # fd 3
     null = os.open("/dev/null", os.O_RDONLY)
-    output = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.dup(1)
     os.dup2(null, 0)
     os.dup2(output, 1)
     os.dup2(output, 2)
-    pid, dumps, write, flush, getpid, exit_now = os.getpid(), json.dumps, channel.write, channel.flush, os.getpid, os._exit
+    os.close(null)
+    pid, dumps, loads, write, getpid, exit_now = os.getpid(), json.dumps, json.loads, os.write, os.getpid, os._exit
 
-    def emit(event):
+    def send(text):
         if getpid() != pid:  # a forked copy of the candidate must not speak for it
             exit_now(0)
-        write(dumps(event, allow_nan=False) + "\n")
-        flush()
+        data = (text + "\n").encode()
+        while data:
+            data = data[write(replies, data):]
 
+    def reply(message):
+        send(dumps(message, allow_nan=False))
+
+    reply({"event": "hello"})
+    payload = loads(requests.readline())
+    for name, (soft, hard) in payload["limits"].items():  # a user namespace of its own: nproc counts this sandbox
+        resource.setrlimit(LIMITS[name], (soft, hard))
     try:
         code = compile(payload["code"], "<candidate>", "exec")
     except (SyntaxError, ValueError) as err:
-        emit({"event": "syntax_error", "error": describe(err)})
+        reply({"event": "syntax_error", "error": describe(err)})
         return
     namespace = {"__name__": "__candidate__"}
     try:
         exec(code, namespace)
     except BaseException as err:  # the candidate's failure is data
-        emit({"event": "load_error", "error": describe(err)})
+        reply({"event": "load_error", "error": describe(err)})
         return
     fn = namespace.get(payload["entry_point"])
     if not callable(fn):
-        emit({"event": "load_error", "error": {"type": "NameError", "errno": None,
-                                               "message": f"no function named {payload['entry_point']!r}"}})
+        reply({"event": "load_error", "error": {"type": "NameError", "errno": None,
+                                                "message": f"no function named {payload['entry_point']!r}"}})
         return
-    for i, args in enumerate(payload["inputs"]):
+    reply({"event": "ready"})
+    for line in iter(requests.readline, b""):
+        request = loads(line)
+        nonce = request["nonce"]
+        if request.get("finish"):
+            reply({"nonce": nonce, "event": "finished"})
+            continue  # the host checks for leftover processes now, then kills the sandbox
         try:
-            value = fn(*copy.deepcopy(args))
-            dumps(value, allow_nan=False)
+            text = dumps({"nonce": nonce, "value": fn(*request["args"])}, allow_nan=False)
         except BaseException as err:
-            emit({"event": "test", "i": i, "error": describe(err)})
-            if isinstance(err, MemoryError):
-                break  # the process's memory is spent: the remaining tests count as failed
-            continue
-        emit({"event": "test", "i": i, "value": value})
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:  # reap finished children; live ones count below
-            pass
-    except ChildProcessError:
-        pass
-    others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, pid)]
-    if others:
-        emit({"event": "leftover", "count": len(others)})
-    emit({"event": "done"})
+            text = dumps({"nonce": nonce, "error": describe(err)})
+        send(text)
+    sys.exit(0)
 
 
 main()
