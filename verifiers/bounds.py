@@ -13,11 +13,13 @@ Contract:
 - Any other exception inside ``fn`` raises ``WorkerError`` with its type and message (the verifier's fault); the
   worker stays. A worker that dies otherwise also raises ``WorkerError`` and is replaced.
 - Thread-safe: up to ``os.cpu_count()`` workers serve concurrent callers (``batch_rewards(workers=...)``); idle
-  workers are kept; each exits when the parent does (its pipe closes).
+  workers are kept; each exits when the parent does, even on SIGKILL (its request pipe closes; a call in progress
+  ends at its CPU bound first). A forked child never shares its parent's workers.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import resource
@@ -115,6 +117,9 @@ class _Pool:
         with self._lock:
             idle = self._idle.setdefault(limits, [])
             worker = idle.pop() if idle else None
+        if worker is not None and not worker.alive:  # killed from outside while idle
+            worker.kill()
+            worker = None
         if worker is None:
             worker = _Worker(limits)
         try:
@@ -135,7 +140,23 @@ class _Pool:
         worker.kill()
 
 
+    def close(self, *, kill: bool = True) -> None:
+        """Drop the idle workers: killed at exit; in a forked child only this process's copies of the pipes are
+        closed, so the parent keeps its workers and the child starts its own."""
+        with self._lock:
+            workers = [w for idle in self._idle.values() for w in idle]
+            self._idle.clear()
+        for worker in workers:
+            if kill:
+                worker.kill()
+            else:
+                worker.send.close()
+                worker.recv.close()
+
+
 _POOL = _Pool()
+atexit.register(_POOL.close)
+os.register_at_fork(after_in_child=lambda: _POOL.close(kill=False))
 
 
 def run(fn: Callable[..., Any], *args: Any, limits: Limits) -> Any:

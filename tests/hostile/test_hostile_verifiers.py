@@ -320,3 +320,36 @@ def test_a_judge_that_trickles_bytes_is_cut_off_at_its_deadline() -> None:
     assert elapsed < 2 * 2 * 1 + 0.5 + 1
     assert (verdict.reward, verdict.valid, verdict.failure_class) == (None, False, "judge_failed")
     assert verdict.details == "judge error: ReadTimeout: no complete reply within 1 s"
+
+
+KILLED_PARENT = """
+from schemas import Task
+from verifiers import bounds, math
+task = Task.model_validate({"env": "math", "messages": [{"role": "user", "content": "q"}],
+                            "reference": {"answer": "3"}, "meta": {"seed_id": "hostile"}})
+math.verify(task, "\\\\boxed{3}")
+print(*[w.proc.pid for idle in bounds._POOL._idle.values() for w in idle], flush=True)
+math.verify(task, "\\\\boxed{pi.n(1000000)}")
+"""
+
+
+@pytest.mark.slow  # ~6 s: the parent's start, then the worker's CPU bound
+def test_a_worker_does_not_outlive_its_killed_parent() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", KILLED_PARENT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    (worker,) = map(int, parent.stdout.readline().split())
+    time.sleep(0.5)  # the worker is computing pi.n(1000000) now
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 15  # it stops at its CPU bound at the latest
+    while running(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running(worker), "the worker outlived its SIGKILLed parent"
+
+
+def running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended; its new parent has not reaped it yet
