@@ -1,14 +1,24 @@
 """The ``flywheel`` command line: subcommands map names to flows and verifiers (the edge).
 
 Exit codes: 0 success; 1 a fatal error, printed as one line that says what to
-fix; 2 (score, dedupe) some input lines were malformed: the good lines were
-still processed and every bad line was reported with its number.
+fix (a bad option value too: usage errors are not click's exit 2 box); 2
+(score, dedupe) some input lines were malformed: the good lines were still
+processed and every bad line was reported with its number.
+
+Input JSONL (score, profile-reward, dedupe) is read as bytes and parsed with
+orjson, strictly: a line that is not UTF-8, holds a lone surrogate escape
+(``"\\ud800"``) or NaN/Infinity, or a number out of double range, is a
+malformed line; the output is strict JSON (orjson), never NaN or Infinity.
+Every option is checked (bounds, files read, --output usable) before any work,
+so an expected error never comes after minutes of work or inside a flow's
+traceback.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,25 +32,54 @@ import orjson  # noqa: E402
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
 
 from flows import __version__  # noqa: E402
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Flywheel: seeds to verified datasets, verifiers, evaluation and training for RLVR.")
 err = Console(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)  # a path may hold "[/x]"
     raise typer.Exit(code)
+
+
+class OneLineUsageErrors(TyperGroup):
+    """Click's usage errors (``--n 1e23``, an unknown option) as one ``error:`` line and exit 1, like every other
+    error: click's boxed usage message exits 2, which this CLI reserves for malformed input lines."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:  # typer's vendored click: UsageError, BadParameter, NoSuchOption...
+            if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `flywheel`: the help (as typer tells it apart)
+                err.print(exc.format_message(), highlight=False)
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            where = f"{ctx.command_path}: " if ctx is not None else ""
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            err.print(f"[red]error:[/red] {escape(where + ' '.join(exc.format_message().split()) + hint)}",
+                      highlight=False, soft_wrap=True)
+            sys.exit(1)
+        except typer.Abort:
+            err.print("[red]error:[/red] aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Flywheel: seeds to verified datasets, verifiers, evaluation and training for RLVR.")
 
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
         e = exc.errors()[0]
-        where = "--" + ".".join(map(str, e["loc"])).replace("_", "-") if e["loc"] else "input"
-        return f"{where}: {e['msg']}"
+        msg = e["msg"].removeprefix("Value error, ")  # a validator's own message already names the option
+        return f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {msg}" if e["loc"] else " ".join(msg.split())
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -60,6 +99,14 @@ def _progress() -> Progress:
                     console=err, transient=False)
 
 
+def _in_api(run: Callable[[], Any]) -> Any:
+    """Run a flow on PREFECT_API_URL's server, or on a temporary API that never outlives this command."""
+    from flows.prefect_api import temporary_api
+
+    with temporary_api():
+        return run()
+
+
 def _with_progress(run: Callable[[], Any]) -> Any:
     """Run a flow with a rich progress bar per stage (flows report through flows.runtime.progress)."""
     from flows.runtime import set_progress
@@ -74,7 +121,7 @@ def _with_progress(run: Callable[[], Any]) -> Any:
 
         set_progress(show)
         try:
-            return run()
+            return _in_api(run)
         finally:
             set_progress(None)
 
@@ -101,8 +148,6 @@ def generate(
 ) -> None:
     """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
     from flows.config import GenerateConfig
-    from flows.generate import run_generate
-    from flows.stages import load_env
 
     try:
         config = GenerateConfig(env=env, n=n, seed=seed, out=str(out), backend=backend, model=model, base_url=base_url,
@@ -110,10 +155,12 @@ def generate(
                                 heldout_fraction=heldout_fraction, threshold=threshold, max_tool_share=max_tool_share,
                                 parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None,
                                 **({"seeds_dir": str(seeds_dir)} if seeds_dir else {}))
+        from flows.stages import load_env  # Dask, the verifiers: imported once the options passed their checks
+
         load_env(config.seeds_dir, config.env)  # a bad seed line fails here, before any server starts
-        for p in config.parents:
-            if not (Path(p) / "manifest.json").is_file():
-                raise ValueError(f"--parent {p} is not a published version folder (no manifest.json)")
+        _check_output(Path(config.out), "--out", folder_wanted=True)
+        from flows.generate import run_generate
+
         summary = _with_progress(lambda: run_generate(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
@@ -128,11 +175,59 @@ def generate(
     typer.echo(summary["version_dir"])
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, str]]:
-    if not path.is_file():
+def _read_jsonl(path: Path) -> list[tuple[int, bytes]]:
+    """The non-blank lines with their numbers, as bytes: each is decoded on its own, so one line that is not
+    UTF-8 is a malformed line (exit 2) and the others are still processed."""
+    if not path.exists():
         fail(f"--input {path} does not exist")
-    with path.open(encoding="utf-8") as f:
-        return [(i, line) for i, line in enumerate(f, start=1) if line.strip()]
+    if not path.is_file():
+        fail(f"--input {path} is not a file; name a JSONL file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        fail(f"cannot read --input {path}: {exc.strerror or exc}")
+    return [(i, line) for i, line in enumerate(data.splitlines(), start=1) if line.strip()]
+
+
+def _parse_line(line: bytes) -> Any:
+    """One JSONL line as strict JSON (RFC 8259 in UTF-8); ValueError with what is wrong and how to fix it."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1}); "
+                         "re-encode the file as UTF-8") from None
+    try:
+        return orjson.loads(text)  # refuses NaN, Infinity, lone surrogates (\ud800) and numbers out of double range
+    except orjson.JSONDecodeError as exc:
+        hint = "; NaN and Infinity are not JSON: write null or a string" if any(
+            w in text for w in ("NaN", "Infinity")) else ""
+        where = re.sub(r"line 1 column (\d+) \(char \d+\)", r"column \1", str(exc))  # the line is one line
+        raise ValueError(f"not JSON: {where}{hint}") from None
+
+
+def _check_output(path: Path, option: str, folder_wanted: bool = False) -> None:
+    """Fail before any work when ``path`` cannot become a file (or, ``folder_wanted``, a folder): a folder where a
+    file goes or a file where a folder goes, or a folder this process may not create files in (tasks.files still
+    guards the write itself). Raises ValueError."""
+    if folder_wanted and path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file; name a folder")
+    if not folder_wanted and path.is_dir():
+        raise ValueError(f"{option} {path} is a directory; name a file")
+    folder = path if folder_wanted else path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # missing folders are created at write time: the nearest existing one must allow it
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: {folder} is a file, not a folder; choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: cannot create files in {folder} (permission denied or read-only); "
+                         "choose a path you can write")
+
+
+def _output_or_fail(path: Path, option: str) -> None:
+    try:
+        _check_output(path, option)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def _write_jsonl_atomic(path: Path, lines: list[str]) -> None:
@@ -146,7 +241,7 @@ def _write_jsonl_atomic(path: Path, lines: list[str]) -> None:
 
 def _report_bad(bad: list[str], total: int) -> None:
     for line in bad[:20]:
-        err.print(f"[yellow]{line}[/yellow]", highlight=False)
+        err.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)  # one line each, unwrapped
     if bad:
         fail(f"{len(bad)} of {total} input lines malformed (listed above; the others were processed)", code=2)
 
@@ -184,7 +279,7 @@ def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[s
     tasks: dict[bytes, Task] = {}  # rollouts repeat tasks (k samples, GRPO groups): parse each task once
     for lineno, line in track(rows, description="score", console=err, transient=True, disable=len(rows) < 10_000):
         try:
-            record = orjson.loads(line)
+            record = _parse_line(line)
             if not isinstance(record, dict) or "task" not in record or not isinstance(record.get("completion"), (str, list)):
                 raise ValueError('expected an object with "task" (Task JSON) and "completion" (a string, or a list of '
                                  'chat messages: a trajectory)')
@@ -246,6 +341,7 @@ def eval_(
             success_threshold=success_threshold, price_in=price_in, price_out=price_out,
             thresholds=Thresholds(sft_below_valid=sft_below_valid, rl_min_pass_at_k=rl_min_pass_at_k,
                                   done_at_pass_at_1=done_at_pass_at_1))
+        _check_output(out, "--out", folder_wanted=True)
         summary = _with_progress(lambda: run_eval(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
@@ -283,7 +379,8 @@ def promote(
 
     try:
         config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, latency_margin=latency_margin)
-        summary = promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config, override)
+        summary = _in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
+                                                override))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
     lo, hi = summary["success_ci"]
@@ -324,7 +421,6 @@ def train(
 ) -> None:
     """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
     from flows.config import EvalConfig
-    from flows.train import train_policy
     from tasks.models import resolve_model
     from tasks.train import TrainConfig
 
@@ -336,9 +432,16 @@ def train(
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed)
         resolve_model(model)  # a bad --model fails before any flow run starts
+        if registry and parent:  # so does an unknown --parent (it would only fail at registration, after training)
+            from tasks.registry import Registry
+
+            Registry(registry).version(parent)
         evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
                                 max_tokens=max_completion_length)
-        summary = train_policy(config, evaluation, str(registry) if registry else None, parent)
+        _check_output(out, "--out", folder_wanted=True)
+        from flows.train import train_policy  # TRL and the eval flow: imported once every check has passed
+
+        summary = _in_api(lambda: train_policy(config, evaluation, str(registry) if registry else None, parent))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
     success = summary["metrics"].get("success_rate") or {}
@@ -394,9 +497,12 @@ def ingest(
 ) -> None:
     """Re-score production trajectories, bucket the failures, add them as held-out regression tasks (new version)."""
     from flows.ingest import IngestConfig, ingest_trajectories
+    from tasks.ingest import read_trajectories
 
     try:
-        summary = ingest_trajectories(IngestConfig(trajectories=str(trajectories), dataset=str(dataset), threshold=threshold))
+        config = IngestConfig(trajectories=str(trajectories), dataset=str(dataset), threshold=threshold)
+        read_trajectories(trajectories)  # a bad line is one line with its number, before any flow run starts
+        summary = _in_api(lambda: ingest_trajectories(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(_one_line(exc))
     err.print(f"buckets   {json.dumps(summary['buckets'], sort_keys=True)}", highlight=False)
@@ -498,9 +604,10 @@ def score(
 ) -> None:
     """Score completions with a verifier. Exit 2 if some lines were malformed (reported by line number)."""
     module = _verifier(verifier, judge_url, judge_model)
+    _output_or_fail(output, "--output")
     out, bad, total = _score_lines(module, input)
     _write_jsonl_atomic(output, [orjson.dumps(r).decode() + "\n" for r in out])
-    err.print(f"scored {len(out)} lines -> {output}", highlight=False)
+    err.print(f"scored {len(out)} lines -> {output}", highlight=False, markup=False, soft_wrap=True)
     _report_bad(bad, total)
 
 
@@ -519,12 +626,13 @@ def profile_reward(
     from tasks.profile import profile_markdown
 
     module = _verifier(verifier, judge_url, judge_model)
+    target = report or input.with_suffix(".profile.md")
+    _output_or_fail(target, "--report")
     scored, bad, total = _score_lines(module, input)
     text = profile_markdown(scored, verifier, samples)
-    target = report or input.with_suffix(".profile.md")
     _write_jsonl_atomic(target, [text])
     Console().print(Markdown(text))
-    err.print(f"report -> {target}", highlight=False)
+    err.print(f"report -> {target}", highlight=False, markup=False, soft_wrap=True)
     _report_bad(bad, total)
 
 
@@ -538,29 +646,33 @@ def dedupe(
     unit: str = typer.Option("word", help="word | char"),
 ) -> None:
     """Near-duplicate detection (MinHash LSH) on any JSONL file; the first row of a cluster is kept."""
-    from tasks.dedupe import NearDupParams, near_duplicates
+    from tasks.dedupe import MAX_TEXT_CHARS, NearDupParams, near_duplicates
 
     try:
         params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
     except ValueError as exc:
         fail(f"--{_one_line(exc)}")
+    _output_or_fail(output, "--output")
     rows = _read_jsonl(input)
     records, bad = [], []
     for lineno, line in rows:
         try:
-            record = json.loads(line)
+            record = _parse_line(line)
             if not isinstance(record, dict) or not isinstance(record.get(field), str):
                 raise ValueError(f"expected an object with a string field {field!r}")
+            if len(record[field]) > MAX_TEXT_CHARS:  # bounds one row's shingles, whatever --ngram is
+                raise ValueError(f"field {field!r} has {len(record[field]):,} characters; dedupe compares at most "
+                                 f"{MAX_TEXT_CHARS:,}: shorten it or compare another field")
             records.append((lineno, record))
         except ValueError as exc:
             bad.append(f"{input}:{lineno}: {_one_line(exc)}")
     ids = [f"line-{lineno}" for lineno, _ in records]
     res = near_duplicates(ids, [r[field] for _, r in records], params)
-    lines = [json.dumps({**r, "cluster_id": c, "keep": k}, ensure_ascii=False) + "\n"
+    lines = [orjson.dumps({**r, "cluster_id": c, "keep": k}).decode() + "\n"  # strict JSON, like the input
              for (_, r), c, k in zip(records, res.cluster_id, res.keep)]
     _write_jsonl_atomic(output, lines)
     err.print(f"{len(records)} rows, {sum(res.keep)} kept, {len(records) - sum(res.keep)} near duplicates -> {output}",
-              highlight=False)
+              highlight=False, markup=False, soft_wrap=True)
     _report_bad(bad, len(rows))
 
 
@@ -569,7 +681,7 @@ def serve(
     model: str = typer.Option(None, help="Checkpoint folder (default: the embedded SmolLM2-135M-Instruct)."),
     name: str = typer.Option("flywheel-policy", help="Model name the server answers to."),
     host: str = typer.Option("127.0.0.1", help="Bind address."),
-    port: int = typer.Option(8000, help="Port."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port."),
 ) -> None:
     """Serve a local checkpoint over an OpenAI-compatible API (/v1/chat/completions)."""
     import uvicorn

@@ -1,4 +1,10 @@
-"""Typed flow parameters, checked up front so a bad option fails before any work."""
+"""Typed flow parameters, checked up front so a bad option fails before any work.
+
+Every count has an upper bound (a typo such as ``--n 100000000000`` is refused with the limit, instead of running
+until the machine runs out of memory), floats must be finite, seeds fit the 32 bits numpy and torch seed with,
+and every input folder (``--parent``) is read and checked against its manifest here, before a flow starts: an
+error is one line, never a flow's traceback.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,36 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas import Thresholds
+from tasks.dedupe import MAX_NGRAM
 from tasks.seeds import SEEDS_DIR
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
+MAX_ROWS = 10_000_000  # generate --n: 100x the 100k-row bench flow
+MAX_SEED = 2**32 - 1  # numpy's and transformers.set_seed's range
+
+
+def check_parent(folder: str) -> None:
+    """A --parent must be a published version whose train and held-out files match its manifest and read."""
+    from tasks.publish import read_split
+
+    try:
+        (Path(folder) / "manifest.json").read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--parent {folder}: {Path(folder) / 'manifest.json'} is not UTF-8 text; republish the "
+                         "version with `flywheel generate`") from None
+    for split in ("train", "heldout"):  # the columns the near-duplicate stage reads
+        try:
+            read_split(Path(folder), split, ["id", "prompt"])
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"--parent {folder}: {' '.join(str(exc).split())}") from None
 
 
 class GenerateConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     env: str = "tool_call"
-    n: int = Field(ge=1, description="accepted rows wanted")
-    seed: int = Field(default=0, ge=0, description="run seed: every row seed derives from it")
+    n: int = Field(ge=1, le=MAX_ROWS, description="accepted rows wanted")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="run seed: every row seed derives from it")
     out: str = Field(min_length=1, description="root folder; the version lands in OUT/<name>/<version>/")
     name: str | None = None
     backend: Backend = "sampler"
@@ -28,11 +53,11 @@ class GenerateConfig(BaseModel):
     dask_address: str | None = None
     heldout_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
     threshold: float = Field(default=0.8, gt=0.0, le=1.0)
-    ngram: int = Field(default=3, ge=1)
+    ngram: int = Field(default=3, ge=1, le=max(MAX_NGRAM.values()))
     unit: Literal["word", "char"] = "word"
     max_tool_share: float = Field(default=0.25, gt=0.0, le=1.0)
-    max_candidates: int | None = Field(default=None, ge=1)
-    partition_size: int = Field(default=5000, ge=1)
+    max_candidates: int | None = Field(default=None, ge=1, le=5 * MAX_ROWS + 100)
+    partition_size: int = Field(default=5000, ge=1, le=1_000_000)
     parents: tuple[str, ...] = ()
     seeds_dir: str = str(SEEDS_DIR)
     cache_dir: str | None = None
@@ -43,6 +68,12 @@ class GenerateConfig(BaseModel):
             raise ValueError("backend 'openai' needs --base-url (e.g. http://127.0.0.1:8000/v1) and --model")
         if self.backend == "sampler" and self.model:
             raise ValueError("--model only applies to the transformers, vllm and openai backends")
+        if self.ngram > MAX_NGRAM[self.unit]:
+            raise ValueError(f"ngram must be at most {MAX_NGRAM[self.unit]} for unit {self.unit!r}, got {self.ngram}")
+        for parent in self.parents:
+            if not (Path(parent) / "manifest.json").is_file():
+                raise ValueError(f"--parent {parent} is not a published version folder (no manifest.json)")
+            check_parent(parent)
         return self
 
     @property
@@ -61,7 +92,7 @@ class GenerateConfig(BaseModel):
 class EvalConfig(BaseModel):
     """``flywheel eval``: a policy on one split of a published dataset version."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     dataset: str = Field(min_length=1, description="a published version folder (has manifest.json)")
     split: Literal["heldout", "train"] = "heldout"
@@ -71,7 +102,7 @@ class EvalConfig(BaseModel):
     base_url: str | None = None
     samples: int = Field(default=1, ge=1, le=256)
     limit: int | None = Field(default=None, ge=1)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     batch_size: int = Field(default=16, ge=1, le=4096)
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)

@@ -1,7 +1,8 @@
 """The ``ingest-trajectories`` flow (``flywheel ingest``): production trajectories -> re-scored with the current
 verifiers -> failure buckets -> new held-out regression tasks -> a new dataset version.
 
-Contract: reads the trajectories (a bad line fails the run before anything is written), re-scores each one
+Contract: reads the trajectories (a bad line fails the run before anything is written; ``flywheel ingest`` parses
+them and ``IngestConfig`` checks the dataset's files against its manifest and its env before the flow starts), re-scores each one
 (tasks/ingest.py), turns failures into held-out tasks, drops those already in the dataset (same task id), near
 duplicates of each other or of existing held-out tasks, and those contaminated by train (n-gram overlap or
 MinHash near-duplicate, as the split stage checks), then publishes train unchanged and held-out = old + new as
@@ -20,15 +21,15 @@ import polars as pl
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flows.runtime import REJECT_SCHEMA, code_version, link_artifacts, write_rows
 from schemas import Task
 from tasks.dedupe import NearDupParams, near_duplicates
 from tasks.files import write_text_atomic
 from tasks.generate import task_row
-from tasks.ingest import read_trajectories, rescore
-from tasks.publish import publish, read_manifest, read_split
+from tasks.ingest import SUPPORTED_ENVS, read_trajectories, rescore
+from tasks.publish import publish, read_manifest, read_split, verified_file
 from tasks.seeds import env_paths, load_tools
 from tasks.split import contamination
 
@@ -38,11 +39,27 @@ SCORED_SCHEMA = {"trajectory": pl.String, "env": pl.String, "bucket": pl.String,
 
 
 class IngestConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """Checked up front: the dataset is intact and of an env ingest supports, so an expected error is one line
+    before the flow starts (not a flow run's traceback). ``flywheel ingest`` also parses the trajectories first."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     trajectories: str = Field(min_length=1, description="JSONL of OpenAI-format production trajectories")
     dataset: str = Field(min_length=1, description="the published version the regression tasks extend")
     threshold: float = Field(default=0.8, gt=0.0, le=1.0, description="MinHash Jaccard of a near duplicate")
+
+    @model_validator(mode="after")
+    def _check(self) -> IngestConfig:
+        src = Path(self.dataset)
+        if not (src / "manifest.json").is_file():
+            raise ValueError(f"--dataset {src} is not a published version folder (no manifest.json); pass "
+                             "OUT/NAME/VERSION as printed by `flywheel generate`")
+        manifest = read_manifest(src)
+        if manifest.env not in SUPPORTED_ENVS:
+            raise ValueError(f"--dataset {src} is a {manifest.env} dataset; ingest supports {', '.join(SUPPORTED_ENVS)}")
+        for split in ("train", "heldout", "rejected"):
+            verified_file(src, f"{split}.parquet", manifest)
+        return self
 
 
 def _new_rows(scored: list[dict[str, Any]], heldout: pl.DataFrame, train: pl.DataFrame,

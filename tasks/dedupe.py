@@ -14,6 +14,9 @@ Contract:
   A row whose Jaccard with an earlier kept row or a reference row (seeds,
   earlier dataset versions) reaches the threshold is not kept; its
   ``cluster_id`` is that of the row it duplicates, else its own id.
+- Bounded: ``ngram`` is at most ``MAX_NGRAM[unit]`` (64 words, 256 characters) and shingles are cut one at a
+  time from the normalized text, so a row costs memory in proportion to its length, whatever ``ngram`` is; the
+  CLI also refuses texts over ``MAX_TEXT_CHARS`` (a malformed line).
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from typing import Any, Literal
 
 import numpy as np
 import xxhash
-from datasketch import MinHash
 
 NUM_PERM = 64
 SCHEME = "affine32"  # datasketch 2.0 default; stored with signatures (older ones are not comparable)
 _WORD = re.compile(r"\w+")
+MAX_NGRAM = {"word": 64, "char": 256}  # past these a shingle is the whole text of any realistic row
+MAX_TEXT_CHARS = 1_000_000  # a row's shingle-hash set takes up to ~70 bytes a character: ~70 MB at the cap
 
 
 @dataclass(frozen=True)
@@ -45,24 +49,27 @@ class NearDupParams:
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.ngram < 1:
-            raise ValueError(f"ngram must be >= 1, got {self.ngram}")
-        if self.unit not in ("word", "char"):
+        if self.unit not in MAX_NGRAM:
             raise ValueError(f"unit must be 'word' or 'char', got {self.unit!r}")
+        if not 1 <= self.ngram <= MAX_NGRAM[self.unit]:
+            raise ValueError(f"ngram must be between 1 and {MAX_NGRAM[self.unit]} for unit {self.unit!r}, got {self.ngram}")
         if self.num_perm % self.bands:
             raise ValueError(f"num_perm ({self.num_perm}) must be a multiple of bands ({self.bands})")
 
 
-def _grams(text: str, ngram: int, unit: str) -> list[str]:
+def _grams(text: str, ngram: int, unit: str) -> Iterable[str]:
+    """The n-grams one at a time (a generator: a long text's shingles are hashed without all being held)."""
     norm = unicodedata.normalize("NFKC", text).casefold()
     if unit == "word":
-        tokens: Sequence[str] = _WORD.findall(norm)
-        join = " "
-    else:
-        tokens, join = " ".join(norm.split()), ""
-    if len(tokens) <= ngram:
-        return [join.join(tokens)]
-    return [join.join(g) for g in zip(*(tokens[i:] for i in range(ngram)))]
+        words: list[str] = _WORD.findall(norm)
+        if len(words) <= ngram:
+            return (" ".join(words),)
+        return (" ".join(words[i:i + ngram]) for i in range(len(words) - ngram + 1))
+    chars = " ".join(norm.split())
+    if len(chars) <= ngram:
+        return (chars,)
+    # slices, not zip(*(chars[i:] for i in range(ngram))): that held ngram copies of the text at once
+    return (chars[i:i + ngram] for i in range(len(chars) - ngram + 1))
 
 
 def shingles(text: str, ngram: int, unit: str) -> list[bytes]:
@@ -81,6 +88,8 @@ def _prehashed(value: int) -> int:
 
 def signatures(hashed: Sequence[Sequence[int]], params: NearDupParams) -> np.ndarray:
     """MinHash signatures (n x num_perm, uint64) via ``MinHash.bulk`` over pre-hashed shingles; pure."""
+    from datasketch import MinHash  # here, not at the top: importing datasketch takes ~1 s (its async LSH clients)
+
     hashes = MinHash.bulk(hashed, num_perm=params.num_perm, seed=params.seed, hashfunc=_prehashed, scheme=SCHEME)
     return np.vstack([m.hashvalues for m in hashes]) if hashes else np.zeros((0, params.num_perm), np.uint64)
 

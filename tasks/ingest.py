@@ -62,7 +62,7 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     if not path.is_file():
         raise IngestError(f"--trajectories {path}: no such file (JSONL, one OpenAI-format trajectory per line)")
     out, seen = [], set()
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):  # bytes: bad UTF-8 is reported with its line
         if not line.strip():
             continue
         try:

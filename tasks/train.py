@@ -34,9 +34,27 @@ from tasks.policy import as_text_chat
 from tasks.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 from tasks.validate import reference_completion
 
+MAX_SEED = 2**32 - 1  # transformers.set_seed seeds numpy, whose range this is
+SINGLE_TURN = ("tool_call", "math", "code", "cli")
+
+
+def skip_ids(path: str) -> set[str]:
+    """Task ids an eval on the train split marked always or never solved (its per_task.parquet's ``mark``)."""
+    import polars as pl
+
+    try:
+        marks = pl.read_parquet(path, columns=["task_id", "mark"])
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"--skip-tasks {path} is not a per_task.parquet with task_id and mark columns ({first}); "
+                         "pass the per_task.parquet of `flywheel eval --split train --samples K`") from None
+    return set(marks.filter(pl.col("mark") != "mixed")["task_id"].to_list())
+
 
 class TrainConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """Checked up front, files included, so an expected error is one line before any flow run starts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     dataset: str
     out: str
@@ -44,21 +62,21 @@ class TrainConfig(BaseModel):
     model: str | None = None  # base checkpoint, or an adapter to keep training (e.g. the SFT warm start)
     skip_tasks: str | None = None  # per_task.parquet of an eval on the train split: always/never solved are left out
     limit: int | None = Field(default=None, ge=1)
-    max_steps: int = Field(default=20, ge=1)
-    batch_size: int = Field(default=8, ge=1)
-    learning_rate: float = Field(default=1e-4, gt=0)
-    lora_r: int = Field(default=16, ge=1)
-    lora_alpha: int = Field(default=32, ge=1)
-    num_generations: int = Field(default=8, ge=2)
+    max_steps: int = Field(default=20, ge=1, le=1_000_000)
+    batch_size: int = Field(default=8, ge=1, le=4096)
+    learning_rate: float = Field(default=1e-4, gt=0, le=1.0)
+    lora_r: int = Field(default=16, ge=1, le=1024)
+    lora_alpha: int = Field(default=32, ge=1, le=4096)
+    num_generations: int = Field(default=8, ge=2, le=256)
     loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = "dapo"
-    beta: float = Field(default=0.0, ge=0.0)
-    max_completion_length: int = Field(default=64, ge=1)
-    temperature: float = Field(default=1.0, gt=0.0)
+    beta: float = Field(default=0.0, ge=0.0, le=100.0)
+    max_completion_length: int = Field(default=64, ge=1, le=8192)  # eval's --max-tokens bound: it evaluates with it
+    temperature: float = Field(default=1.0, gt=0.0, le=2.0)
     eval_interval: int = Field(default=10, ge=0)  # 0: no held-out checks while training
     eval_limit: int = Field(default=32, ge=1)
     success_threshold: float = Field(default=1.0, gt=-1.0, le=1.0)
     save_steps: int = Field(default=10, ge=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -68,9 +86,22 @@ class TrainConfig(BaseModel):
         if not (Path(self.dataset) / "manifest.json").is_file():
             raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
                              "pass OUT/NAME/VERSION as printed by `flywheel generate`")
+        from tasks.publish import read_manifest
+
+        env = read_manifest(Path(self.dataset)).env
+        if env not in SINGLE_TURN:
+            raise ValueError(f"--dataset {self.dataset} is a {env} dataset: training on multi-turn {env} episodes is "
+                             f"not supported yet; train on a single-turn env ({', '.join(SINGLE_TURN)})")
         if self.skip_tasks and not Path(self.skip_tasks).is_file():
             raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
                              "`flywheel eval --split train`")
+        if self.skip_tasks:  # a corrupted file, or one that skips everything: this one line, not a training traceback
+            from tasks.publish import read_split
+
+            skip, ids = skip_ids(self.skip_tasks), read_split(Path(self.dataset), "train", ["id"])["id"]
+            if not set(ids) - skip:
+                raise ValueError(f"no train tasks left to train on: --skip-tasks {self.skip_tasks} marks all "
+                                 f"{len(ids)} train tasks always or never solved (check --skip-tasks and --limit)")
         return self
 
 
@@ -94,9 +125,7 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
 
     frame = read_split(Path(config.dataset), split, ["id", "task"]).sort("id")  # checked against the manifest
     if split == "train" and config.skip_tasks:
-        marks = pl.read_parquet(config.skip_tasks, columns=["task_id", "mark"])
-        skip = set(marks.filter(pl.col("mark") != "mixed")["task_id"].to_list())
-        frame = frame.filter(~pl.col("id").is_in(list(skip)))
+        frame = frame.filter(~pl.col("id").is_in(list(skip_ids(config.skip_tasks))))
     if split == "train" and config.limit:
         frame = frame.head(config.limit)
     if split == "heldout":

@@ -1,0 +1,266 @@
+"""Careless and hostile input at the CLI boundary: one `error:` line that says what to fix (exit 1), or the bad
+lines listed by number with the good ones still processed (exit 2, score and dedupe); never a traceback, never
+minutes of work before an expected error, nothing half-written.
+
+The commands whose old behaviour was a flow run (train, ingest, generate with a huge --n) run as a real
+subprocess with a timeout; the rest call the typer app in-process like tests/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from tasks.seeds import seed_task
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _one_error(text: str) -> str:
+    """The output is exactly one `error:` line (and no traceback); returns it."""
+    assert "Traceback" not in text, text
+    lines = _lines(text)
+    assert len(lines) == 1 and lines[0].startswith("error: "), text
+    return lines[0]
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), prog_name="flywheel")
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.output
+
+
+def _run(*args: str, timeout: float = 60) -> tuple[int, str]:
+    """The real entry point; old code that started working on these inputs runs into the timeout."""
+    done = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+HOSTILE_LINES = [
+    (b'{"text": "bad \xff\xfe bytes"}', "not UTF-8 (byte 0xff at column 15); re-encode the file as UTF-8"),
+    (b'{"text": "lone \\ud800 surrogate"}', "not JSON: no low surrogate in string: column 16"),
+    (b'{"text": "n", "v": NaN}', "not JSON: unexpected character, expected a JSON value: column 20; NaN and "
+                               "Infinity are not JSON: write null or a string"),
+    (b'{"text": "i", "v": -Infinity}', "NaN and Infinity are not JSON: write null or a string"),
+    (b'{"text": "big", "v": 1e400}', "not JSON: number is infinity when parsed as double: column 22"),
+]
+
+
+def test_score_reports_undecodable_and_non_strict_lines_and_scores_the_good_ones(tmp_path, catalog) -> None:
+    tools, seeds = catalog
+    task = seed_task(seeds[0], tools)
+    call = task.reference.calls[0]
+    good = orjson.dumps({"task": task.model_dump(mode="json"), "completion": json.dumps({"tool": call.tool,
+                                                                                          "args": call.args})})
+    hostile = [good.replace(b'"completion"', b'"note":"\xff","completion"'),
+               good.replace(b'"completion"', b'"note":"\\udfff","completion"'),
+               good.replace(b'"completion"', b'"note":NaN,"completion"'),
+               good.replace(b'"completion"', b'"note":Infinity,"completion"')]
+    src, dst = tmp_path / "rows.jsonl", tmp_path / "scored.jsonl"
+    src.write_bytes(b"\n".join([good, *hostile, good]) + b"\n")
+    code, output = _invoke("score", "--verifier", "tool_call", "--input", str(src), "--output", str(dst))
+    assert code == 2 and "Traceback" not in output
+    lines = _lines(output)
+    assert lines[0] == f"scored 2 lines -> {dst}"
+    assert lines[1].startswith(f"{src}:2: not UTF-8 (byte 0xff at column ")
+    assert lines[2].startswith(f"{src}:3: not JSON: invalid high surrogate in string: column ")
+    assert lines[3].startswith(f"{src}:4: not JSON: ") and lines[3].endswith("write null or a string")
+    assert lines[4].startswith(f"{src}:5: not JSON: ") and lines[4].endswith("write null or a string")
+    assert lines[5:] == ["error: 4 of 6 input lines malformed (listed above; the others were processed)"]
+    scored = [orjson.loads(line) for line in dst.read_bytes().splitlines()]  # strict JSON, every line
+    assert [s["verdict"]["reward"] for s in scored] == [1.0, 1.0]
+    assert _files(tmp_path) == ["rows.jsonl", "scored.jsonl"]
+
+
+def test_dedupe_writes_strict_json_and_reports_each_hostile_line(tmp_path) -> None:
+    from tasks.dedupe import MAX_TEXT_CHARS
+
+    rows = [b'{"text": "send the quarterly budget report to maria", "n": 12345678901234567}',
+            *(line for line, _ in HOSTILE_LINES),
+            orjson.dumps({"text": "x" * (MAX_TEXT_CHARS + 1)}),
+            b'{"text": "Send the quarterly budget report to Maria!", "s": "\\ud83d\\ude00 \\u00e9"}']
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(b"\n".join(rows) + b"\n")
+    code, output = _invoke("dedupe", "--input", str(src), "--output", str(dst), "--field", "text")
+    assert code == 2 and "Traceback" not in output
+    lines = _lines(output)
+    assert lines[0] == f"2 rows, 1 kept, 1 near duplicates -> {dst}"
+    for i, (_, message) in enumerate(HOSTILE_LINES):
+        assert lines[1 + i].startswith(f"{src}:{i + 2}: ") and message in lines[1 + i], lines[1 + i]
+    assert lines[6] == (f"{src}:7: field 'text' has 1,000,001 characters; dedupe compares at most 1,000,000: "
+                        "shorten it or compare another field")
+    assert lines[7:] == ["error: 6 of 8 input lines malformed (listed above; the others were processed)"]
+    out = [orjson.loads(line) for line in dst.read_bytes().splitlines()]
+    assert [(r["keep"], r["cluster_id"]) for r in out] == [(True, "line-1"), (False, "line-1")]
+    assert out[0]["n"] == 12345678901234567 and out[1]["s"] == "\U0001F600 \u00e9"
+    assert b"NaN" not in dst.read_bytes() and b"Infinity" not in dst.read_bytes()
+    assert _files(tmp_path) == ["in.jsonl", "out.jsonl"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--unit", "char", "--ngram", "100000"], "error: --ngram must be between 1 and 256 for unit 'char', got 100000"),
+    (["--ngram", "65"], "error: --ngram must be between 1 and 64 for unit 'word', got 65"),
+    (["--ngram", "0"], "error: --ngram must be between 1 and 64 for unit 'word', got 0"),
+    (["--ngram", "1e23"], "error: flywheel dedupe: Invalid value for '--ngram': Input should be a valid integer, "
+                          "unable to parse string as an integer (see flywheel dedupe --help)"),
+    (["--bogus", "1"], "error: flywheel dedupe: No such option: --bogus (see flywheel dedupe --help)"),
+])
+def test_dedupe_refuses_unbounded_or_bad_options_before_reading_anything(tmp_path, extra, message) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a b c"}\n')
+    code, output = _invoke("dedupe", "--input", str(src), "--output", str(tmp_path / "o.jsonl"), "--field", "text",
+                           *extra)
+    assert code == 1 and _one_error(output) == message
+    assert _files(tmp_path) == ["in.jsonl"]
+
+
+def test_unusable_outputs_fail_before_any_work(tmp_path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a b c", "task": {}, "completion": "x"}\n')
+    (tmp_path / "folder").mkdir()
+    cases = [(tmp_path / "folder", f"error: --output {tmp_path / 'folder'} is a directory; name a file"),
+             (src / "o.jsonl", f"error: --output {src / 'o.jsonl'}: {src} is a file, not a folder; choose another path"),
+             (src / "deeper" / "o.jsonl",
+              f"error: --output {src / 'deeper' / 'o.jsonl'}: {src} is a file, not a folder; choose another path")]
+    for target, message in cases:
+        code, output = _invoke("dedupe", "--input", str(src), "--output", str(target), "--field", "text")
+        assert code == 1 and _one_error(output) == message
+        code, output = _invoke("score", "--verifier", "math", "--input", str(src), "--output", str(target))
+        assert code == 1 and _one_error(output) == message
+    code, output = _invoke("profile-reward", "--verifier", "math", "--input", str(src), "--report",
+                           str(tmp_path / "folder"))
+    assert code == 1 and _one_error(output) == f"error: --report {tmp_path / 'folder'} is a directory; name a file"
+    code, output = _invoke("dedupe", "--input", str(tmp_path / "folder"), "--output", str(tmp_path / "o"),
+                           "--field", "text")
+    assert code == 1 and _one_error(output) == f"error: --input {tmp_path / 'folder'} is not a file; name a JSONL file"
+    assert _files(tmp_path) == ["folder", "in.jsonl"] and _files(tmp_path / "folder") == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_read_only_output_folder_fails_before_any_work(tmp_path) -> None:
+    src, locked = tmp_path / "in.jsonl", tmp_path / "locked"
+    src.write_text('{"text": "a b c"}\n')
+    locked.mkdir(mode=0o555)
+    code, output = _invoke("dedupe", "--input", str(src), "--output", str(locked / "o.jsonl"), "--field", "text")
+    assert code == 1 and "cannot create files in" in _one_error(output) and _files(locked) == []
+
+
+def _tiny_dataset(out: Path, env: str) -> Path:
+    """A published version of 6 seed tasks (no Prefect needed)."""
+    from flows.runtime import REJECT_SCHEMA
+    from tasks.generate import task_row
+    from tasks.publish import publish
+    from tasks.seeds import env_paths, load_seeds, load_tools
+
+    tools = load_tools(env_paths(env)[1])
+    rows = [task_row(seed_task(s, tools), k) | {"cluster_id": s.id, "group_id": s.id}
+            for k, s in enumerate(load_seeds(env_paths(env)[0], tools)[:6])]
+    frames = {"train": pl.DataFrame([r | {"split": "train"} for r in rows[:4]]),
+              "heldout": pl.DataFrame([r | {"split": "heldout"} for r in rows[4:]]),
+              "rejected": pl.DataFrame([], schema=REJECT_SCHEMA)}
+    fields = {"env": env, "counts": {"train": 4, "heldout": 2}, "stage_counts": {}, "reject_reasons": {},
+              "params": {}, "run_seed": 0, "code_version": "test", "seeds_hash": "test",
+              "created_at": "2025-01-01T00:00:00Z"}
+    return publish(out, env, frames, fields)
+
+
+def test_generate_refuses_huge_counts_and_corrupted_parents_before_any_flow(tmp_path) -> None:
+    good = _tiny_dataset(tmp_path / "ds", "tool_call")
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    for name in ("manifest.json", "heldout.parquet", "rejected.parquet"):
+        (torn / name).write_bytes((good / name).read_bytes())
+    (torn / "train.parquet").write_bytes(os.urandom(200))
+    garbled = tmp_path / "garbled"
+    garbled.mkdir()
+    (garbled / "manifest.json").write_bytes(b"\xff{not a manifest")
+    cases = [(["--n", "100000000000"], "error: --n: Input should be less than or equal to 10000000"),
+             (["--n", "1e23"], "error: flywheel generate: Invalid value for '--n': Input should be a valid integer, "
+                               "unable to parse string as an integer (see flywheel generate --help)"),
+             (["--n", "-5"], "error: --n: Input should be greater than or equal to 1"),
+             (["--n", "5", "--seed", str(2**40)], "error: --seed: Input should be less than or equal to 4294967295"),
+             (["--n", "5", "--threshold", "inf"], "error: --threshold: Input should be a finite number"),
+             (["--n", "5", "--parent", str(torn)], f"error: --parent {torn}: {torn / 'train.parquet'} does not match "
+                                                   "manifest.json"),
+             (["--n", "5", "--parent", str(garbled)], f"error: --parent {garbled}: {garbled / 'manifest.json'} is not "
+                                                      "UTF-8 text; republish the version with `flywheel generate`"),
+             (["--n", "5", "--parent", str(tmp_path / "nowhere")], f"error: --parent {tmp_path / 'nowhere'} is not a "
+                                                                   "published version folder (no manifest.json)"),
+             (["--n", "5", "--out", str(garbled / "manifest.json")],
+              f"error: --out {garbled / 'manifest.json'} is a file; name a folder")]
+    code, output = _run("generate", "--out", str(tmp_path / "out"), *cases[0][0], timeout=30)  # used to run on
+    assert code == 1 and _one_error(output) == cases[0][1]
+    for extra, message in cases:
+        args = ["generate", "--out", str(tmp_path / "out"), *extra] if "--out" not in extra else ["generate", *extra]
+        code, output = _invoke(*args)
+        assert code == 1 and _one_error(output).startswith(message), (extra, output)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # ~30 s on 2 busy cores: the training stack's import, once in a subprocess and once here
+def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
+    """In-process (the training stack is imported once); the first case also through the real entry point, where
+    a flow run's failure used to print Prefect's traceback before the message."""
+    tool, workplace = _tiny_dataset(tmp_path / "ds", "tool_call"), _tiny_dataset(tmp_path / "ds", "workplace")
+    garbage = tmp_path / "per_task.parquet"
+    garbage.write_bytes(b"PAR1" + os.urandom(100))
+    every = tmp_path / "every.parquet"
+    pl.DataFrame({"task_id": pl.read_parquet(tool / "train.parquet")["id"], "mark": "never"}).write_parquet(every)
+    out = str(tmp_path / "o")
+    cases = [(["train", "--dataset", str(workplace), "--out", out],
+              f"error: --dataset {workplace} is a workplace dataset: training on multi-turn workplace episodes is not "
+              "supported yet; train on a single-turn env (tool_call, math, code, cli)"),
+             (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(garbage)],
+              f"error: --skip-tasks {garbage} is not a per_task.parquet with task_id and mark columns ("),
+             (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(every)],
+              f"error: no train tasks left to train on: --skip-tasks {every} marks all 4 train tasks always or never "
+              "solved (check --skip-tasks and --limit)"),
+             (["train", "--dataset", str(tool), "--out", out, "--learning-rate", "inf"],
+              "error: --learning-rate: Input should be a finite number"),
+             (["train", "--dataset", str(tool), "--out", out, "--max-steps", "100000000000"],
+              "error: --max-steps: Input should be less than or equal to 1000000"),
+             (["train", "--dataset", str(tool), "--out", out, "--registry", str(tmp_path / "reg"), "--parent", "v9"],
+              f"error: no version or alias 'v9' in {tmp_path / 'reg'}")]
+    code, output = _run(*cases[0][0], timeout=120)
+    assert code == 1 and _one_error(output) == cases[0][1]
+    for args, message in cases:
+        code, output = _invoke(*args)
+        assert code == 1 and _one_error(output).startswith(message), (args, output)
+    assert not (tmp_path / "o").exists() and _files(tool.parent) == [tool.name]
+
+
+def test_ingest_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
+    tool, workplace = _tiny_dataset(tmp_path / "ds", "tool_call"), _tiny_dataset(tmp_path / "ds", "workplace")
+    trajectories = tmp_path / "t.jsonl"
+    trajectories.write_bytes((ROOT / "datasets/examples/trajectories.jsonl").read_bytes().splitlines()[0] + b"\n"
+                             + b'{"id": "x\xff", "messages": []}\n')
+    cases = [([str(tmp_path / "missing.jsonl"), str(tool)],
+              f"error: --trajectories {tmp_path / 'missing.jsonl'}: no such file"),
+             ([str(trajectories), str(tool)], f"error: {trajectories}:2: <record>: Invalid JSON: invalid unicode code point"),
+             ([str(trajectories), str(workplace)], f"error: --dataset {workplace} is a workplace dataset; ingest supports "
+                                                   "tool_call"),
+             ([str(trajectories), str(tmp_path)], f"error: --dataset {tmp_path} is not a published version folder "
+                                                  "(no manifest.json)")]
+    for (src, dataset), message in cases:
+        code, output = _invoke("ingest", "--trajectories", src, "--dataset", dataset)
+        assert code == 1 and _one_error(output).startswith(message), (src, dataset, output)
+    assert _files(tool.parent) == [tool.name]
