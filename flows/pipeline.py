@@ -21,7 +21,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import ObjectNotFound
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.config import EvalConfig, GenerateConfig
+from flows.config import MAX_ROWS, MAX_SEED, EvalConfig, GenerateConfig
 from flows.eval import eval_policy
 from flows.generate import run_generate
 from flows.promote import promote_model
@@ -41,21 +41,21 @@ ROWS = (("success_rate", "success"), ("valid_output_rate", "valid output"), ("co
 class RunConfig(BaseModel):
     """``flywheel run``: sizes chosen so the whole loop fits in 20 minutes on 2 CPU cores."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     out: str = Field(min_length=1)
-    seed: int = Field(default=0, ge=0)
-    n: int = Field(default=300, ge=20, description="dataset rows (train + held-out)")
-    workers: int = Field(default=2, ge=1)
-    eval_limit: int = Field(default=48, ge=4, description="held-out tasks in every eval (the gate's sample)")
-    max_tokens: int = Field(default=64, ge=16)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    n: int = Field(default=300, ge=20, le=MAX_ROWS, description="dataset rows (train + held-out)")
+    workers: int = Field(default=2, ge=1, le=64)
+    eval_limit: int = Field(default=48, ge=4, le=MAX_ROWS, description="held-out tasks in every eval (the gate's sample)")
+    max_tokens: int = Field(default=64, ge=16, le=8192)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
                                                                           "differences are the model's, not sampling noise")
-    sft_steps: int = Field(default=60, ge=1)
-    sft_batch_size: int = Field(default=4, ge=1)
+    sft_steps: int = Field(default=60, ge=1, le=100_000)
+    sft_batch_size: int = Field(default=4, ge=1, le=4096)
     sft_learning_rate: float = Field(default=1e-3, gt=0)
-    grpo_steps: int = Field(default=4, ge=1)
-    num_generations: int = Field(default=8, ge=2)
+    grpo_steps: int = Field(default=4, ge=1, le=100_000)
+    num_generations: int = Field(default=8, ge=2, le=256)
     grpo_learning_rate: float = Field(default=3e-5, gt=0)
     loss_type: str = "dapo"
     train_limit: int | None = Field(default=None, ge=1)

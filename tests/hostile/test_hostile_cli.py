@@ -264,3 +264,13 @@ def test_ingest_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
         code, output = _invoke("ingest", "--trajectories", src, "--dataset", dataset)
         assert code == 1 and _one_error(output).startswith(message), (src, dataset, output)
     assert _files(tool.parent) == [tool.name]
+
+
+def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
+    cases = [(["--n", "100000000000"], "error: --n: Input should be less than or equal to 10000000"),
+             (["--seed", str(2**40)], "error: --seed: Input should be less than or equal to 4294967295"),
+             (["--grpo-steps", "100000000000"], "error: --grpo-steps: Input should be less than or equal to 100000")]
+    for args, message in cases:
+        code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
+        assert code == 1 and _one_error(output) == message, (args, output)
+    assert not (tmp_path / "o").exists()
