@@ -1,8 +1,11 @@
 """Stage 1: generate task variants from seeds.
 
 Contract:
-- Candidate ``k`` (a global index) is variant ``k // S`` of seed ``k % S``, so a
-  round of candidates is a contiguous range of ``k`` and rounds never repeat.
+- Candidate ``k`` (a global index) is variant ``k // S`` of seed ``k % S`` of the
+  seeds in balanced order (``balanced``), so a round of candidates is a contiguous
+  range of ``k`` and rounds never repeat, and the first ``n`` candidates spread over
+  the strata (tool or category) as evenly as the seeds allow: a small ``--n`` is
+  not skewed toward the strata listed first in the seeds file.
 - ``row_seed = H(run_seed, seed_id, variant)`` drives every choice for the row
   (template, slot values, greeting) and is stored on the row and handed to the
   paraphrase backend, so rows are identical whatever the partitioning.
@@ -51,8 +54,31 @@ def make_request(seed: SeedTask, values: dict[str, Any], rng: random.Random) -> 
     return rng.choice(GREETINGS) + text + rng.choice(SIGN_OFFS)
 
 
+def stratum(seed: SeedTask) -> str:
+    """What the split and the quality suite balance on: the expected tool in tool_call, else the category."""
+    return seed.call.tool if seed.env == "tool_call" and seed.call is not None else seed.category
+
+
+def balanced(seeds: Sequence[SeedTask]) -> list[SeedTask]:
+    """Seeds in rounds that visit every stratum once before any twice (strata by first appearance, seeds in file
+    order within one): every prefix holds as few seeds of its biggest stratum as the seeds allow."""
+    first: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    keys = []
+    for i, seed in enumerate(seeds):
+        name = stratum(seed)
+        first.setdefault(name, len(first))
+        seen[name] = seen.get(name, 0) + 1
+        keys.append((seen[name], first[name], i))
+    return [seeds[i] for _, _, i in sorted(keys)]
+
+
 def candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int) -> tuple[Task, dict[str, Any]]:
-    """Candidate ``k`` as a Task plus the slot values it was built from."""
+    """Candidate ``k`` as a Task plus the slot values it was built from (``seeds`` in file order)."""
+    return _candidate(k, balanced(seeds), tools, run_seed)
+
+
+def _candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int) -> tuple[Task, dict[str, Any]]:
     seed = seeds[k % len(seeds)]
     variant = k // len(seeds)
     rs = row_seed(run_seed, seed.id, variant)
@@ -98,7 +124,8 @@ def generate_candidates(
     With a paraphraser, a request whose paraphrase loses or changes a slot value
     is rejected (stage ``generate``, reason ``paraphrase_lost_value``).
     """
-    built = [candidate(k, seeds, tools, run_seed) for k in ks]
+    order = balanced(seeds)
+    built = [_candidate(k, order, tools, run_seed) for k in ks]
     if paraphraser is None:
         return [task_row(task, k) for k, (task, _) in zip(ks, built)], []
     texts = paraphraser.paraphrase([t.prompt for t, _ in built], [t.meta.row_seed or 0 for t, _ in built])

@@ -280,7 +280,7 @@ def create_app(limits: Limits | None = None) -> FastAPI:
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail
         if isinstance(exc.__cause__, RecursionError):  # FastAPI's body parser hit Python's recursion limit
-            detail = "the JSON body is nested too deeply to read: flatten the task's state"
+            detail = "the JSON body is nested too deeply to read: flatten it"
         return JSONResponse({"detail": detail}, exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.get("/health")
