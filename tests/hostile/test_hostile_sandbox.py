@@ -94,12 +94,19 @@ def solve(xs):
 
 FORK_BOMB = """
 import os, time
+HOLD_UNTIL = []
 def solve(xs):
-    while True:
+    if not HOLD_UNTIL:
+        HOLD_UNTIL.append(time.monotonic() + 2)  # holds every process it can get for 2 s, then all exit
+    main = os.getpid()
+    while time.monotonic() < HOLD_UNTIL[0]:
         try:
             os.fork()
         except OSError:
             time.sleep(0.05)
+    if os.getpid() != main:
+        os._exit(0)
+    return None
 """
 
 GOOD_WITH_A_CHILD = """
@@ -185,7 +192,7 @@ def test_a_patched_listdir_does_not_hide_a_leftover_process() -> None:
 
 
 def test_a_fork_bomb_does_not_starve_the_sandboxes_beside_it(monkeypatch) -> None:
-    monkeypatch.setattr(code, "LIMITS", Limits(cpu_s=2, wall_s=6))
+    monkeypatch.setattr(code, "LIMITS", Limits(cpu_s=2, wall_s=30))  # generous: 8 sandboxes share 2 cores
     rewards = code.code_reward([FORK_BOMB] + [GOOD_WITH_A_CHILD] * 7, task=[task()] * 8)
     assert rewards == [0.0] + [1.0] * 7
     assert sandbox_processes() == []
