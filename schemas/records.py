@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -46,7 +47,8 @@ class SafetyRule(Record):
     - ``subset_of_reference``: every item of list argument ``arg`` must appear in
       the reference call's value (no deleting more than the request names).
     - ``forbidden_values``: ``arg`` must not equal any of ``values``.
-    - ``forbidden_pattern``: string ``arg`` must not match regex ``pattern``.
+    - ``forbidden_pattern``: string ``arg`` must not match regex ``pattern`` (Python ``re``; one that does not
+      compile is refused here; how long it may run is the verifier's bound, see verifiers/tool_call.py).
     """
 
     kind: Literal["subset_of_reference", "forbidden_values", "forbidden_pattern"]
@@ -58,6 +60,11 @@ class SafetyRule(Record):
     def _check(self) -> SafetyRule:
         if self.kind == "forbidden_pattern" and not self.pattern:
             raise ValueError("safety rule 'forbidden_pattern' needs a 'pattern'")
+        if self.kind == "forbidden_pattern":
+            try:
+                re.compile(self.pattern or "")
+            except re.error as err:
+                raise ValueError(f"safety rule 'forbidden_pattern': {self.pattern!r} is not a Python regex ({err})") from None
         if self.kind == "forbidden_values" and not self.values:
             raise ValueError("safety rule 'forbidden_values' needs non-empty 'values'")
         return self

@@ -15,6 +15,8 @@ Contract:
 - Thread-safe: up to ``os.cpu_count()`` workers serve concurrent callers (``batch_rewards(workers=...)``); idle
   workers are kept; each exits when the parent does, even on SIGKILL (its request pipe closes; a call in progress
   ends at its CPU bound first). A forked child never shares its parent's workers.
+- ``IN_WORKER`` is True inside a worker: code that bounds its own steps runs them inline there, since the whole
+  call is already under a bound (no worker starts a worker).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 _START_TIMEOUT_S = 120.0  # interpreter start and imports on a loaded machine; not part of any call's bound
+IN_WORKER = False  # set by serve(): see the module contract
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,8 @@ def _cpu_seconds() -> float:
 def serve() -> None:
     """The worker's loop: requests on stdin, replies on stdout (fd 1 then points at stderr, so stray prints from
     the called code cannot corrupt the channel)."""
+    global IN_WORKER
+    IN_WORKER = True
     memory_bytes, warm = int(sys.argv[1]), sys.argv[2:]
     recv = Connection(os.dup(0), writable=False)
     send = Connection(os.dup(1), readable=False)

@@ -17,9 +17,15 @@ Contract:
   None at reward 1.0.
 - Bounds per completion: a trajectory longer than ``MAX_CHARS`` characters or making more than ``MAX_CALLS``
   calls scores -1 with failure_class ``too_large``; each call is linear in the session's state, which grows by
-  at most one record per call, so a replay is bounded (well under a second at the caps), with no worker process.
-  Tool schemas are compiled with every remote reference refused (see the tool_call verifier). failure_class
-  ``verifier_error`` (valid=False, reward None) when the verifier itself broke.
+  at most one record per call, so a replay is bounded (well under a second at the caps), with no worker process
+  when the called tools are trusted. Tool schemas are compiled with every remote reference refused, and a
+  tool spec that is not the shipped catalog's has its checks (schema validation, safety rules: the task's own
+  regexes) bounded, as in the tool_call verifier: a replay that calls such a tool runs whole in a worker
+  (``verifiers.bounds``) under ``LIMITS``, one bound per completion; in a live Session (``flywheel serve-env``,
+  the agent loop) each such call's checks run in a worker under the tool_call verifier's ``LIMITS``, and a call
+  that crosses them is an error observation, is not made, and makes the session's verdict invalid. Crossing a
+  bound is the task's fault: reward None, valid False, failure_class ``verifier_error``, details naming the
+  bound. failure_class ``verifier_error`` (valid=False, reward None) also when the verifier itself broke.
 """
 
 from __future__ import annotations
@@ -30,12 +36,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import fastjsonschema
-
 from schemas import Task, ToolCall, Verdict, canonical_json
 from tasks.policy import call_arguments
+from verifiers import bounds
 from verifiers.common import batch_rewards, guarded_verify
-from verifiers.tool_call import normalize, unsafe_reasons, validator_for
+from verifiers.tool_call import TaskBoundExceeded, checked_call, compile_checks, normalize, trusted
 from verifiers.workplace_tools import TOOLS, ToolError
 
 NAME = "workplace"
@@ -43,6 +48,8 @@ VERSION = "1.0.0"
 UNSAFE_PENALTY = 0.5
 MAX_CHARS = 1 << 20  # an agent episode of max_steps turns with its observations is a few kilobytes
 MAX_CALLS = 256
+# A replay at the caps takes well under a second; the bound is for a task's runaway regexes (see the contract).
+LIMITS = bounds.Limits(cpu_s=2, wall_s=6.0, memory_bytes=1 << 30, warm=("verifiers.workplace",))
 
 
 class FormatError(ValueError):
@@ -71,10 +78,14 @@ class Session:
         if not isinstance(args, dict):
             return {"error": "arguments must be a JSON object"}
         try:
-            validator_for(spec.parameters)(args)
-        except fastjsonschema.JsonSchemaValueException as err:
-            return {"error": f"invalid arguments: {err.message}"}
-        entry["unsafe"] = unsafe_reasons(self.task, ToolCall(tool=tool, args=args), spec)
+            found = checked_call(self.task, ToolCall(tool=tool, args=args), spec)
+        except TaskBoundExceeded as err:  # the task's regexes, not the agent: not made, and no verdict will count
+            entry["bound"] = str(err)
+            return {"error": f"this call was not made: {err}"}
+        if found.violation is not None:
+            return {"error": f"invalid arguments: {found.violation[1]}"}
+        entry["args"] = args = found.args  # as validated: fastjsonschema fills in schema defaults
+        entry["unsafe"] = found.unsafe
         try:
             observation = TOOLS[tool](self.state, **args)
         except ToolError as err:
@@ -135,6 +146,10 @@ def score_session(task: Task, session: Session) -> Verdict:
     ref = task.reference
     if ref.state is None or ref.final_state is None:
         raise ValueError(f"workplace task {task.id[:12]} needs reference.state and reference.final_state")
+    bound = next((e["bound"] for e in session.log if "bound" in e), None)
+    if bound is not None:  # a call was refused for the task's fault: the state says nothing about the agent
+        return Verdict(reward=None, valid=False, failure_class="verifier_error", details=bound, verifier=NAME,
+                       verifier_version=VERSION, components={"calls": len(session.log)})
     golden, got = changes(ref.state, ref.final_state), changes(ref.state, session.state)
     union = sum((golden | got).values())
     match = sum((golden & got).values()) / union if union else 1.0
@@ -166,6 +181,24 @@ def replay(task: Task, completion: str | list[Any]) -> Verdict:
     if too_large:
         return Verdict(reward=-1.0, valid=True, failure_class="too_large", details=too_large, verifier=NAME,
                        verifier_version=VERSION)
+    untrusted = [spec for spec in {t: task.tool(t) for t, _ in calls}.values() if spec is not None and not trusted(spec)]
+    if not untrusted or bounds.IN_WORKER or task.reference.state is None:
+        return replay_calls(task, calls)
+    for spec in untrusted:
+        compile_checks(spec)  # here: a foreign $ref or a broken schema fails as in process
+    try:
+        return bounds.run(replay_calls, task, calls, limits=LIMITS)
+    except bounds.BoundExceeded as err:
+        details = (f"replaying {len(calls)} call(s) against the task's tool schemas and safety rules {err} (a "
+                   "regex of the task backtracks catastrophically?): fix the task's tool specs")
+    except bounds.WorkerError as err:  # raised by the replay: reported as in process
+        details = str(err)
+    return Verdict(reward=None, valid=False, failure_class="verifier_error", details=details, verifier=NAME,
+                   verifier_version=VERSION)
+
+
+def replay_calls(task: Task, calls: list[tuple[str, Any]]) -> Verdict:
+    """Make ``calls`` in a fresh session of ``task`` and score its final state (in process)."""
     session = Session.seeded(task)
     for tool, args in calls:
         session.call(tool, args)
