@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from schemas import Task
 from verifiers import code
@@ -156,3 +157,16 @@ def test_a_candidate_cannot_pass_for_a_sandbox_that_failed_to_start() -> None:
     verdict = code.verify(divisible_task(), source)
     assert (verdict.reward, verdict.valid, verdict.failure_class) == (0.0, True, "runtime_error")
     assert verdict.details == "the program exited before the tests finished (exit status 1)"
+
+
+def test_the_memory_budget_is_the_sandboxs_and_each_process_must_fit_python() -> None:
+    assert Limits().process_mb == 128 and Limits(memory_mb=512, nproc=4).process_mb == 128
+    with pytest.raises(ValidationError, match="memory_mb / nproc = 16 MB per process is below the 48 MB"):
+        Limits(memory_mb=128, nproc=8)
+
+
+def test_the_default_budget_leaves_one_process_room_for_real_work() -> None:
+    """128 MB of address space per process: 80 MB of data written in the candidate's main process still passes."""
+    source = "def solve(xs):\n    block = b'x' * (80 << 20)\n    return [x for x in xs if x % 3 == 0][:len(block)]\n"
+    verdict = code.verify(divisible_task(), source)
+    assert (verdict.reward, verdict.failure_class, verdict.valid) == (1.0, None, True)

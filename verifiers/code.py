@@ -6,13 +6,16 @@ Contract:
   only the tests' arguments go in. The sandbox returns the entry point's return values, one reply per test
   request carrying that request's nonce, and the comparison happens here, in the trusted process, so
   printing, exiting early, patching builtins or writing results to the channel gains nothing.
-- Bounds per completion: ``LIMITS`` (2 CPU s, 10 s wall clock, 512 MB address space, 1 MB files, 8 processes
-  counted in its own user namespace, 1 MB on the result channel); beyond them: timeout or resource_limit.
+- Bounds per completion: ``LIMITS`` (2 CPU s, 10 s wall clock, 1024 MB of address space for the whole sandbox,
+  128 MB per process, 1 MB files, 8 processes counted in its own user namespace, 1 MB on the result channel);
+  beyond them: timeout or resource_limit.
 - Reward = fraction of tests whose return value equals the expected one (JSON values; numbers compare with
-  relative tolerance 1e-9, True is not 1). A run that leaves a process alive, or floods the result channel,
-  scores 0.
+  relative tolerance 1e-9, ints too large for a float exactly, True is not 1; comparing never raises, so what the
+  candidate returns or raises is scored, never turned into valid=False). A run that leaves a process alive, or
+  floods the result channel, scores 0.
 - failure_class, first that applies: tampering (a line on the result channel that is not the one reply to the
-  outstanding request: forged, unsolicited, duplicated or out of order; reward 0), syntax_error, timeout (CPU
+  outstanding request: forged, unsolicited, duplicated, out of order, or an error not shaped
+  {type, errno, message}; reward 0), syntax_error, timeout (CPU
   or wall clock), resource_limit (memory, file size, process count, leftover processes, output flood),
   runtime_error (exceptions, early exit), test_failure; None at reward 1.0. A sandbox that cannot start (the
   harness never said hello) gives valid=False (verifier_error), never reward 0.
@@ -31,7 +34,7 @@ from verifiers.common import batch_rewards, guarded_verify
 from verifiers.sandbox import Limits, RunResult, run_code
 
 NAME = "code"
-VERSION = "1.1.0"
+VERSION = "1.2.0"  # 1.2: memory budget per sandbox (128 MB per process), strict error shape
 LIMITS = Limits()
 _FENCE = re.compile(r"```(python|py)?[ \t]*\n(.*?)```", re.S)
 _RESOURCE_ERRORS = {"MemoryError"}
@@ -45,11 +48,12 @@ def extract_code(completion: str) -> str:
 
 
 def same(expected: Any, got: Any) -> bool:
-    """JSON equality with a numeric tolerance; bools and numbers never mix."""
+    """JSON equality with a numeric tolerance; bools and numbers never mix. Never raises, whatever the candidate
+    returned: nesting is bounded by the host's JSON parser (deeper is tampering), numbers by ``_close``."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(expected) is type(got) and expected == got
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-12)
+        return _close(expected, got)
     if isinstance(expected, list) and isinstance(got, list):
         return len(expected) == len(got) and all(same(e, g) for e, g in zip(expected, got))
     if isinstance(expected, dict) and isinstance(got, dict):
@@ -57,8 +61,18 @@ def same(expected: Any, got: Any) -> bool:
     return type(expected) is type(got) and expected == got
 
 
+def _close(expected: int | float, got: int | float) -> bool:
+    """Relative tolerance 1e-9 where both fit a float; an int beyond a float's range (10**400) equals only the
+    same int, never a float (a float is at most 1.8e308; inf is no int)."""
+    try:
+        return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-12)
+    except OverflowError:
+        return type(expected) is int and type(got) is int and expected == got
+
+
 def _is_resource(error: dict[str, Any]) -> bool:
-    return error.get("type") in _RESOURCE_ERRORS or error.get("errno") in _RESOURCE_ERRNOS
+    number = error.get("errno")
+    return error.get("type") in _RESOURCE_ERRORS or (type(number) is int and number in _RESOURCE_ERRNOS)
 
 
 def _error_text(error: dict[str, Any]) -> str:

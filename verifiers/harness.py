@@ -13,6 +13,9 @@ Protocol (one JSON object per line; the host in ``verifiers.sandbox`` drives it 
   anything in this process is; the host therefore trusts no line on its own: a reply counts only when it answers
   the one outstanding request with that request's nonce, which exists only after the program has loaded, and a
   second, unsolicited or out-of-order line is tampering.
+- An error is always ``{"type": str, "errno": int | None, "message": str}`` (``describe``): the exception is
+  the candidate's object (its errno any value, its ``__str__`` may raise), and the host treats any other shape
+  as tampering.
 """
 
 import json
@@ -26,10 +29,22 @@ LIMITS = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resourc
 
 
 def describe(err):
+    """{type: str, errno: int | None, message: str}, the one shape the host accepts. The exception is the
+    candidate's object: its errno can be anything, its __str__ can raise; neither may change the shape."""
     if isinstance(err, MemoryError):
         RESERVE.clear()
     err.__traceback__ = None  # frees the candidate's frames (a memory bomb's data) before anything is allocated
-    return {"type": type(err).__name__, "errno": getattr(err, "errno", None), "message": str(err)[:300]}
+    try:
+        number = getattr(err, "errno", None)
+    except BaseException:  # a property that raises
+        number = None
+    try:
+        message = str.__str__(str(err))[:300]  # an exact str, whatever subclass __str__ returned
+    except BaseException:
+        message = "(the exception's message could not be read)"
+    if type(number) is not int or not -(1 << 31) <= number < 1 << 31:  # real errnos are small C ints
+        number = None
+    return {"type": str.__str__(type(err).__name__), "errno": number, "message": message}
 
 
 def main():

@@ -10,14 +10,22 @@ Contract:
   namespace of its own (the candidate's parent is that namespace's init, which it cannot kill).
 - Limits, set by the harness on itself before the candidate's code is compiled: CPU seconds, address space,
   file size, process count, open files, no core dumps; a wall-clock timeout on top, enforced here. The process
-  count is per user namespace, so per sandbox: a fork bomb cannot starve the sandboxes beside it.
+  count is per user namespace, so per sandbox: a fork bomb cannot starve the sandboxes beside it. Memory is a
+  budget per sandbox: every process gets ``memory_mb / nproc`` of address space, so all of a sandbox's processes
+  together map at most ``memory_mb`` (plus the two tmpfs). The address space is per process and inherited by
+  every fork and exec, so it holds on any host; a memory cgroup would allow one big process instead of equal
+  shares, but the containers this runs in (CI's too) have cgroup v1 with the memory controller owned by the
+  runner and no cgroup v2 memory controller, and a limit that applies everywhere beats one that may not.
 - The host is the trusted side of the protocol (``verifiers/harness.py``): it sends one test at a time with
   a fresh random nonce after the program loaded and accepts exactly one reply per request carrying that nonce.
-  A line that is not that reply (unsolicited, duplicated, out of order, malformed) is ``tampering``. Output on
-  the channel is capped; the candidate's stdout is a capped file.
+  A line that is not that reply (unsolicited, duplicated, out of order, malformed) is ``tampering``. Every line
+  is untrusted data, whoever wrote it: an error must be exactly ``{"type": str, "errno": int | None,
+  "message": str}`` (``Failure``), or the line is tampering; a value is any JSON, compared by the verifier with
+  functions that never raise. Output on the channel is capped; the candidate's stdout is a capped file.
 - Leftover processes are counted here, from /proc, after the last reply (never by the candidate's
-  interpreter, which the candidate can patch). When the run ends every process it started is gone: the host
-  kills the outer PID namespace's init.
+  interpreter, which the candidate can patch). A process counts while any of its threads is alive: a main
+  thread that ended alone (``SYS_exit``) shows the process as a zombie although its other threads run on.
+  When the run ends every process it started is gone: the host kills the outer PID namespace's init.
 - ``run_code`` never raises for anything the candidate does; it raises ``SandboxError`` only when the sandbox
   itself cannot start, i.e. the harness never said hello (then the verifier reports valid=False, never reward 0).
 """
@@ -38,10 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 HARNESS = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
 NOBODY = 65534
+MB = 1024 * 1024
+MIN_PROCESS_MB = 48  # python -I -S with the harness and its 8 MB reserve peaks at 21 MB of address space (3.11)
 
 
 class SandboxError(RuntimeError):
@@ -53,11 +63,34 @@ class Limits(BaseModel):
 
     cpu_s: int = Field(2, ge=1, le=600)
     wall_s: float = Field(10.0, gt=0, le=3600)
-    memory_mb: int = Field(512, ge=64)
+    memory_mb: int = Field(1024, ge=64)  # the whole sandbox's: each of its nproc processes gets memory_mb / nproc
     file_mb: int = Field(1, ge=1)
     nproc: int = Field(8, ge=1)
     tmpfs_mb: int = Field(16, ge=1)
     max_result_kb: int = Field(1024, ge=1)
+
+    @model_validator(mode="after")
+    def _python_fits(self) -> Limits:
+        if self.process_mb < MIN_PROCESS_MB:
+            raise ValueError(f"memory_mb / nproc = {self.process_mb} MB per process is below the {MIN_PROCESS_MB} MB "
+                             "Python needs to start: raise memory_mb or lower nproc")
+        return self
+
+    @property
+    def process_mb(self) -> int:
+        """Address space per process: nproc of them together stay within the sandbox's memory_mb."""
+        return self.memory_mb // self.nproc
+
+
+class Failure(BaseModel):
+    """An exception as the harness describes it. Strict: the candidate chooses an exception's errno and can write
+    lines of its own, so anything else (a list for errno, a missing field) is a line the harness did not write."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    type: str
+    errno: int | None
+    message: str
 
 
 @dataclass
@@ -112,10 +145,10 @@ def bwrap_command(limits: Limits) -> list[str]:
 def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
     """What the harness sets on itself: soft = hard, except CPU (SIGXCPU at the soft limit, SIGKILL a second later).
     The process count is per user namespace, where the PID namespace's init counts too: one more than ``nproc``
-    leaves the candidate ``nproc`` processes, its own included, as before."""
-    mb = 1024 * 1024
-    return {"cpu": (limits.cpu_s, limits.cpu_s + 1), "as": (limits.memory_mb * mb,) * 2,
-            "fsize": (limits.file_mb * mb,) * 2, "nproc": (limits.nproc + 1,) * 2, "nofile": (64, 64), "core": (0, 0)}
+    leaves the candidate ``nproc`` processes, its own included, as before. The address space is per process and
+    inherited by forks: ``memory_mb / nproc`` each bounds the sandbox's total by ``memory_mb``."""
+    return {"cpu": (limits.cpu_s, limits.cpu_s + 1), "as": (limits.process_mb * MB,) * 2,
+            "fsize": (limits.file_mb * MB,) * 2, "nproc": (limits.nproc + 1,) * 2, "nofile": (64, 64), "core": (0, 0)}
 
 
 class _Channel:
@@ -211,8 +244,12 @@ def _converse(channel: _Channel, code: str, entry_point: str, inputs: list[list[
     loaded = _parse(channel.line())
     if loaded is None:
         return "stopped"
-    if loaded.get("event") in ("syntax_error", "load_error") and isinstance(loaded.get("error"), dict):
-        result.events.append(loaded)
+    if loaded.get("event") in ("syntax_error", "load_error") and loaded.keys() == {"event", "error"}:
+        error = _failure(loaded["error"])
+        if error is None:
+            result.tampering = "a load failure whose error is not the harness's {type, errno, message}"
+            return "stopped"
+        result.events.append({"event": loaded["event"], "error": error})
         return "failed to load"
     if loaded != {"event": "ready"}:
         result.tampering = "a line on the result channel before the program had loaded"
@@ -226,8 +263,15 @@ def _converse(channel: _Channel, code: str, entry_point: str, inputs: list[list[
         if not _answers(reply, nonce):
             result.tampering = f"test {i}: a line that is not the one reply to its request (forged, duplicated or out of order)"
             return "stopped"
-        result.events.append({"event": "test", "i": i, **{k: v for k, v in reply.items() if k != "nonce"}})
-        if reply.get("error", {}).get("type") == "MemoryError":
+        if "value" in reply:
+            result.events.append({"event": "test", "i": i, "value": reply["value"]})
+            continue
+        error = _failure(reply["error"])
+        if error is None:
+            result.tampering = f"test {i}: an error that is not the harness's {{type, errno, message}}"
+            return "stopped"
+        result.events.append({"event": "test", "i": i, "error": error})
+        if error["type"] == "MemoryError":
             break  # the process's memory is spent: the remaining tests count as failed
     nonce = secrets.token_hex(16)
     channel.send({"nonce": nonce, "finish": True})
@@ -241,19 +285,25 @@ def _converse(channel: _Channel, code: str, entry_point: str, inputs: list[list[
 
 
 def _answers(reply: dict[str, Any], nonce: str) -> bool:
-    if reply.get("nonce") != nonce or len(reply) != 2:
-        return False
-    return "value" in reply or isinstance(reply.get("error"), dict)
+    return reply.get("nonce") == nonce and len(reply) == 2 and ("value" in reply or "error" in reply)
 
 
-def _nspid(pid: int) -> tuple[str, list[str]]:
-    """(state, NSpid) of a process from /proc; ("", []) once it is gone."""
+def _failure(error: Any) -> dict[str, Any] | None:
+    """The error as a plain dict of the exact shape ``Failure``; None when it has any other shape."""
+    try:
+        return Failure.model_validate(error).model_dump()
+    except ValidationError:
+        return None
+
+
+def _nspid(pid: int) -> list[str]:
+    """The process's PIDs from the host's namespace down to its own, from /proc; [] once it is gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        return "", []
+        return []
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return fields.get("State", "").strip()[:1], fields.get("NSpid", "").split()
+    return fields.get("NSpid", "").split()
 
 
 def _descendants(pid: int) -> list[int]:
@@ -274,14 +324,32 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Whether any thread of the process still runs. The process's own State is its main thread's: a main thread
+    that ended alone (SYS_exit, not exit_group) reads Z while the other threads go on."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in threads:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # the name before ")" is the candidate's choice, spaces included
+        if fields and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 def candidate_processes(bwrap_pid: int) -> int:
     """Live processes of the candidate (its PID namespace, two below ours, less that namespace's init), counted
     from the host's /proc: the candidate's interpreter has no say."""
-    depth = len(_nspid(os.getpid())[1]) + 2
+    depth = len(_nspid(os.getpid())) + 2
     count = 0
     for pid in _descendants(bwrap_pid):
-        state, nspid = _nspid(pid)
-        if state and state not in "ZX" and len(nspid) >= depth and not (len(nspid) == depth and nspid[-1] == "1"):
+        nspid = _nspid(pid)
+        if len(nspid) >= depth and not (len(nspid) == depth and nspid[-1] == "1") and _alive(pid):
             count += 1
     return count
 

@@ -1,6 +1,8 @@
 """Hostile code against the sandbox's result channel and its neighbours: forged, duplicated and out-of-order results
-(tampering, reward 0), a leftover process hidden from the candidate's own interpreter, a fork bomb beside correct
-completions scored in the same batch, and nested user namespaces.
+(tampering, reward 0), a leftover process hidden from the candidate's own interpreter or behind a main thread that
+ended alone, a fork bomb beside correct completions scored in the same batch, nested user namespaces, exceptions
+and numbers shaped to crash the verifier (they must score 0, never valid=False), malformed error lines, and
+forks that together would hold more memory than the sandbox's budget.
 
 Each forging candidate finds the channel the way an attacker would (every writable pipe among its file
 descriptors) and speaks whichever protocol it meets: the old one-event-per-test lines, or the nonce replies
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +208,141 @@ def test_nested_user_namespaces_are_refused() -> None:
     result = run_code(source, "solve", [[]])
     assert [e.get("value") for e in result.events if e["event"] == "test"] == [[-1, errno.ENOSPC]]
 
+
+
+# What the candidate raises or returns is data: none of it may turn its failure into valid=False (a skipped sample).
+CHOSEN_ERRORS = {
+    "errno a list, at call time": ("class E(Exception):\n    errno = [1]\ndef solve(xs):\n    raise E('x')\n",
+                                   "0/4 passed; 4 raised, first: E: x"),
+    "errno a list, at import time": ("class E(Exception):\n    errno = [1]\nraise E('x')\n", "E: x"),
+    "errno too big for JSON": ("class E(Exception):\n    errno = 10 ** 5000\ndef solve(xs):\n    raise E('x')\n",
+                               "0/4 passed; 4 raised, first: E: x"),
+    "errno a property that raises": ("class E(Exception):\n    @property\n    def errno(self):\n        raise KeyError(1)\n"
+                                     "def solve(xs):\n    raise E('x')\n", "0/4 passed; 4 raised, first: E: x"),
+    "__str__ that raises": ("class E(Exception):\n    def __str__(self):\n        raise KeyError(1)\n"
+                            "def solve(xs):\n    raise E('x')\n",
+                            "0/4 passed; 4 raised, first: E: (the exception's message could not be read)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHOSEN_ERRORS))
+def test_an_exception_the_candidate_shapes_is_its_runtime_error(name: str) -> None:
+    source, details = CHOSEN_ERRORS[name]
+    verdict = code.verify(task(), source)
+    assert (verdict.reward, verdict.failure_class, verdict.valid, verdict.details) == (0.0, "runtime_error", True, details)
+
+
+def test_a_number_beyond_a_float_is_a_wrong_answer() -> None:
+    verdict = code.verify(task(), "def solve(xs):\n    return [10 ** 400]\n")
+    assert (verdict.reward, verdict.failure_class, verdict.valid) == (0.0, "test_failure", True)
+    assert verdict.details.startswith("0/4 passed; test 0 returned [1000000")
+    assert code.code_reward(["def solve(xs):\n    return [10 ** 400]\n"], task=[task()]) == [0.0]
+
+
+@pytest.mark.parametrize(("expected", "got", "equal"), [
+    (10 ** 400, 10 ** 400, True), (10 ** 400, 10 ** 400 + 1, False), (10 ** 400, 1e308, False),
+    (1.5, 10 ** 400, False), (10 ** 400, float("inf"), False), ([1, 10 ** 400], [1, 10 ** 400], True),
+    (10 ** 12, 10 ** 12 + 1, True),  # the relative tolerance where both fit a float, as before
+], ids=["huge ints equal", "huge ints differ", "huge int vs float", "float vs huge int", "huge int vs inf",
+        "nested huge ints", "tolerance kept"])
+def test_numbers_compare_without_raising(expected: object, got: object, equal: bool) -> None:
+    assert code.same(expected, got) is equal
+
+
+MALFORMED_ERROR_AT_CALL = CHANNELS + """
+import os
+def solve(xs):
+    write_all([{'nonce': harness_local('nonce'), 'error': {'type': [], 'errno': None, 'message': 'x'}}])
+    os._exit(0)  # the harness's own reply never comes: the forged line is the only one
+"""
+
+MALFORMED_ERROR_AT_LOAD = CHANNELS + """
+import os
+write_all([{'event': 'load_error', 'error': {'type': 'OSError', 'errno': [12], 'message': 'x'}}])
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize(("source", "details"), [
+    (MALFORMED_ERROR_AT_CALL, "test 0: an error that is not the harness's {type, errno, message}"),
+    (MALFORMED_ERROR_AT_LOAD, "a load failure whose error is not the harness's {type, errno, message}"),
+], ids=["at call time", "at load time"])
+def test_an_error_line_of_another_shape_is_tampering(source: str, details: str) -> None:
+    verdict = code.verify(task(), source)
+    assert (verdict.reward, verdict.failure_class, verdict.valid, verdict.details) == (0.0, "tampering", True, details)
+    assert sandbox_processes() == []
+
+
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(os.uname().machine, 60)  # the thread's exit, not exit_group
+ZOMBIE_LEADER = f"""
+import ctypes, os, threading, time
+STARTED = []
+def solve(xs):
+    if not STARTED:
+        STARTED.append(1)
+        if os.fork() == 0:
+            threading.Thread(target=lambda: [time.sleep(1) for _ in iter(int, 1)]).start()
+            ctypes.CDLL(None).syscall({SYS_EXIT}, 0)  # the main thread ends alone: the process reads Z, lives on
+        time.sleep(0.3)
+    return [x for x in xs if x % 3 == 0]
+"""
+
+
+def test_a_process_whose_main_thread_ended_still_counts_as_left_over() -> None:
+    verdict = code.verify(task(), ZOMBIE_LEADER)
+    assert (verdict.reward, verdict.failure_class, verdict.valid) == (0.0, "resource_limit", True)
+    assert verdict.details == "left 1 process(es) running after the tests"
+    assert sandbox_processes() == []
+
+
+FORKS_FILLING_MEMORY = """
+import os, time
+def solve(xs):
+    children = []
+    for _ in range(7):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                block = b'x' * (100 << 20)  # written, so resident
+            except MemoryError:
+                os._exit(1)
+            time.sleep(1)
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    block = b'x' * (100 << 20)
+    return [x for x in xs if x % 3 == 0]
+"""
+
+
+def test_memory_is_bounded_per_sandbox_not_per_process(monkeypatch) -> None:
+    """8 processes of 100 MB each under a 512 MB sandbox: every process gets 64 MB, so the sandbox never holds
+    much more than its budget (before, each process had the whole 512 MB: 800 MB resident, and reward 1.0)."""
+    monkeypatch.setattr(code, "LIMITS", Limits(cpu_s=2, wall_s=10, memory_mb=512, nproc=8))
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(resident_kb(pid) for pid in descendants(os.getpid())))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        verdict = code.verify(task(), FORKS_FILLING_MEMORY)
+    finally:
+        done.set()
+        watcher.join()
+    assert (verdict.reward, verdict.failure_class, verdict.valid, verdict.details) == (
+        0.0, "resource_limit", True, "MemoryError: ")
+    assert 0 < peak[0] < 512 * 1024, f"the sandbox's processes held {peak[0] // 1024} MB"
+    assert sandbox_processes() == []
+
+
+def resident_kb(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
