@@ -1,11 +1,14 @@
 """Exhaustion and crafted input against `flywheel serve-env` (issue 18 item 8), on a real server on 127.0.0.1 with
-small limits: bodies over --max-body-kb get 413, sessions over --max-session-kb refuse the call, idle sessions
-expire after --session-ttl so a flood cannot hold the cap, and crafted tasks get a one-line 4xx, never a 500."""
+small limits: bodies over --max-body-kb get 413, sessions over --max-session-kb (sized as held memory, not as
+compact JSON) are refused, idle sessions expire after --session-ttl and kept-alive ones after --session-max-age so
+a flood cannot hold the cap, and crafted tasks get a one-line 4xx, never a 500."""
 
 from __future__ import annotations
 
 import copy
+import json
 import time
+import tracemalloc
 from typing import Any
 
 import httpx
@@ -15,17 +18,18 @@ from conftest import cli_server
 from schemas import Task
 from tasks.generate import candidate
 from tasks.seeds import env_paths, load_seeds, load_tools
-from verifiers.workplace_server import ENTRY_BYTES, capped_call, json_size, seeded_slot
+from verifiers.workplace_server import ENTRY_BYTES, capped_call, held_size, json_size, seeded_slot
 
 TTL_S = 1.5
 MAX_SESSIONS = 12
+SESSION_KB = 48  # a shipped task and its state take ~35 KB held: room for two 1500-character events
 pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
     args = ["serve-env", "--max-sessions", str(MAX_SESSIONS), "--session-ttl", str(TTL_S), "--max-body-kb", "16",
-            "--max-session-kb", "8"]
+            "--max-session-kb", str(SESSION_KB)]
     with cli_server(args, "/health", timeout_s=60) as base:
         yield base
 
@@ -73,8 +77,9 @@ def test_a_session_cannot_grow_past_its_cap(server, task) -> None:
         if "error" in observation["observation"]:
             break
         made.append(observation["observation"]["id"])
-    assert observation["observation"] == {"error": "the session would grow past its 8 KB limit (--max-session-kb): "
-                                                   "this call was not made; verify or close the session"}
+    assert observation["observation"] == {"error": f"the session would grow past its {SESSION_KB} KB limit "
+                                                   "(--max-session-kb): this call was not made; verify or close the "
+                                                   "session"}
     assert 1 <= len(made) <= 3
     state = httpx.get(f"{server}/sessions/{session_id}/state").json()
     assert sorted(rid for rid in state["events"] if rid.startswith("NEW-")) == sorted(made)  # refused: no trace
@@ -82,14 +87,14 @@ def test_a_session_cannot_grow_past_its_cap(server, task) -> None:
     assert verdict["components"]["calls"] == len(made) and verdict["valid"] is True
     big_state = copy.deepcopy(task)
     big_state["reference"]["state"]["emails"]["X"] = {"body": "b" * 9000}
-    _one_line_error(_seed(server, big_state), 413, "over the 8 KB session limit (--max-session-kb)")
+    _one_line_error(_seed(server, big_state), 413, f"over the {SESSION_KB} KB session limit (--max-session-kb)")
 
 
 def test_a_call_that_passes_the_cap_after_running_is_undone(task) -> None:
-    slot = seeded_slot(Task.model_validate(task))
+    slot = seeded_slot(Task.model_validate(task), 1 << 20)
     args = {"title": "t" * 500, "date": "2026-01-02", "time": "10:00", "duration_minutes": 30}
-    before, entry = copy.deepcopy(slot.session.state), json_size(args) + ENTRY_BYTES
-    cap = slot.state_bytes + entry + 100  # the pre-check passes, the created record does not fit
+    before, entry = copy.deepcopy(slot.session.state), held_size(args) + ENTRY_BYTES
+    cap = slot.held + entry + 100  # the pre-check passes, the created record does not fit
     observation = capped_call(slot, "create_event", args, cap)
     assert "(--max-session-kb)" in observation["error"]
     assert (slot.session.state, slot.session.log, slot.log_bytes) == (before, [], 0)
@@ -151,3 +156,58 @@ def test_a_flood_to_the_cap_expires_and_a_new_client_gets_a_session(server, task
     _one_line_error(httpx.post(server + "/verify", json={"session_id": stale}), 404,
                     f"session '{stale}' expired after {TTL_S:g} s idle")
     assert httpx.get(server + "/health").json()["sessions"] == 1
+
+
+def _parsed_bytes(text: str) -> int:
+    """What Python allocates to hold ``text`` parsed, measured with tracemalloc."""
+    tracemalloc.start()
+    try:
+        value = json.loads(text)
+        size, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del value
+    return size
+
+
+PROBE_RECORDS = 23_000  # the probe's state: 238 KB of JSON, ~6 MB of RSS per session when sized as compact JSON
+
+
+@pytest.mark.parametrize("state", [
+    {"e": {str(i): {} for i in range(PROBE_RECORDS)}},
+    {"e": {"r": {"l": [[] for _ in range(PROBE_RECORDS)]}}},
+    {"e": {"r": {"l": [str(i) for i in range(PROBE_RECORDS)]}}},
+], ids=["empty-records", "empty-lists", "short-strings"])
+def test_a_session_is_charged_what_its_state_takes_in_memory(state) -> None:
+    text = json.dumps(state, separators=(",", ":"))
+    parsed = _parsed_bytes(text)
+    assert json_size(state) < parsed / 3  # compact JSON, the old measure, undercounts these states 4-20x
+    assert held_size(state) >= parsed
+
+
+def test_many_empty_records_are_refused_at_their_held_size(server, task) -> None:
+    crafted = _with(task, ("reference", "state"), {"e": {str(i): {} for i in range(1000)}})
+    assert json_size(crafted["reference"]["state"]) < SESSION_KB * 1024 // 3  # as compact JSON it would fit
+    _one_line_error(_seed(server, crafted), 413, f"KB held, over the {SESSION_KB} KB session limit (--max-session-kb)")
+    _healthy(server)
+
+
+def test_a_kept_alive_flood_expires_at_its_max_age_and_a_new_client_gets_a_session(task) -> None:
+    cap, max_age = 4, 3.0
+    args = ["serve-env", "--max-sessions", str(cap), "--session-ttl", "600", "--session-max-age", str(max_age)]
+    with cli_server(args, "/health", timeout_s=60) as base:
+        first = time.monotonic()
+        flood = [_seed(base, task).json()["session_id"] for _ in range(cap)]
+        last = time.monotonic()
+        rounds = 0
+        while time.monotonic() < first + max_age - 0.8:  # the flooder keeps every session busy; the TTL never ends one
+            assert [httpx.get(f"{base}/sessions/{s}/state", timeout=5).status_code for s in flood] == [200] * cap
+            _one_line_error(_seed(base, task), 429, f"{cap} sessions are open")
+            rounds += 1
+            time.sleep(0.2)
+        assert rounds >= 1
+        time.sleep(max(0.0, last + max_age + 0.2 - time.monotonic()))
+        assert _seed(base, task).status_code == 200  # the flood reached its age limit: a new client gets a session
+        _one_line_error(httpx.get(f"{base}/sessions/{flood[0]}/state", timeout=5), 404,
+                        f"session '{flood[0]}' expired at its {max_age:g} s age limit (--session-max-age): seed a new one")
+        assert httpx.get(base + "/health", timeout=5).json()["sessions"] == 1
