@@ -12,9 +12,15 @@ Contract:
   and the worker is replaced; start-up and imports happen before the clock starts.
 - Any other exception inside ``fn`` raises ``WorkerError`` with its type and message (the verifier's fault); the
   worker stays. A worker that dies otherwise also raises ``WorkerError`` and is replaced.
-- Thread-safe: up to ``os.cpu_count()`` workers serve concurrent callers (``batch_rewards(workers=...)``); idle
-  workers are kept; each exits when the parent does, even on SIGKILL (its request pipe closes; a call in progress
-  ends at its CPU bound first). A forked child never shares its parent's workers.
+- A worker is reused only after a call that completed (its reply read). A call left any other way (a bound, an
+  exception in the caller's thread while the request is in flight: KeyboardInterrupt, a thread's or task's
+  cancellation) kills its worker, so no caller ever reads another call's reply; every reply also carries its
+  request's number, and a mismatch kills the worker (``WorkerError``).
+- Thread-safe: at most ``os.cpu_count()`` workers are alive at once, over all limits (idle, busy or starting);
+  concurrent callers beyond that (``batch_rewards(workers=...)``) wait for a free worker, and that wait is no
+  part of their call's bounds. Idle workers are kept (one of other limits is killed to make room); each exits
+  when the parent does, even on SIGKILL (its request pipe closes; a call in progress ends at its CPU bound
+  first). A forked child never shares its parent's workers.
 - ``IN_WORKER`` is True inside a worker: code that bounds its own steps runs them inline there, since the whole
   call is already under a bound (no worker starts a worker).
 """
@@ -70,13 +76,18 @@ class _Worker:
         self.recv = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
         self.proc.stdin.close()
         self.proc.stdout.close()
+        self.calls = 0
         if not self.recv.poll(_START_TIMEOUT_S) or self.recv.recv() != "ready":
             self.kill()
             raise WorkerError(f"verifier worker did not start within {_START_TIMEOUT_S:.0f} s")
 
-    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> Any:
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> tuple[str, Any]:
+        """One request and its reply: ("ok", result) or ("error", message), the worker then idle again. Raises
+        BoundExceeded or WorkerError with the worker killed. Every reply carries its request's number: a reply
+        to another request (which the caller's clean-up should make impossible) kills the worker."""
+        self.calls += 1
         try:
-            self.send.send((fn, args, limits.cpu_s))
+            self.send.send((self.calls, fn, args, limits.cpu_s))
             ready = self.recv.poll(limits.wall_s)
             reply = self.recv.recv() if ready else None
         except (EOFError, OSError):
@@ -90,13 +101,14 @@ class _Worker:
             if code == -signal.SIGXCPU:
                 raise BoundExceeded("cpu", f"exceeded the {limits.cpu_s} s CPU bound")
             raise WorkerError(f"verifier worker died (exit {code})")
-        status, value = reply
-        if status == "ok":
-            return value
+        number, status, value = reply
+        if number != self.calls:
+            self.kill()
+            raise WorkerError(f"verifier worker answered request {number} to request {self.calls}")
         if status == "memory":
             self.kill()
             raise BoundExceeded("memory", f"exceeded the {limits.memory_bytes >> 20} MiB memory bound")
-        raise WorkerError(value)
+        return status, value
 
     def kill(self) -> int | None:
         if self.proc.poll() is None:
@@ -112,54 +124,95 @@ class _Worker:
 
 
 class _Pool:
-    def __init__(self) -> None:
+    """At most ``size`` workers alive at once (idle, busy or starting, all limits together); a caller that finds
+    none idle for its limits and no room to start one evicts an idle worker of other limits, or waits."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._reset()
+
+    def _reset(self) -> None:
         self._idle: dict[Limits, list[_Worker]] = {}
-        self._lock = threading.Lock()
+        self._alive = 0  # workers that exist or are being started
+        self._cond = threading.Condition()
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> Any:
-        with self._lock:
-            idle = self._idle.setdefault(limits, [])
-            worker = idle.pop() if idle else None
-        if worker is not None and not worker.alive:  # killed from outside while idle
-            worker.kill()
-            worker = None
-        if worker is None:
-            worker = _Worker(limits)
+        worker, done = None, False
         try:
-            result = worker.call(fn, args, limits)
+            worker = self._take(limits)
+            status, value = worker.call(fn, args, limits)
+            done = True  # the reply was read: the worker is idle again
+        finally:
+            # Any other way out (a bound, a dead worker, KeyboardInterrupt or a thread's cancellation while the
+            # request was in flight) leaves the worker's state unknown, its reply perhaps still in the pipe for
+            # the next caller to read: such a worker is killed, never reused.
+            if worker is not None:
+                self._give_back(worker, limits, reuse=done)
+        if status == "error":
+            raise WorkerError(value)
+        return value
+
+    def _take(self, limits: Limits) -> _Worker:
+        """An idle worker for ``limits``, or a new one once there is room; the wait is no part of any bound."""
+        with self._cond:
+            while True:
+                idle = self._idle.get(limits)
+                if idle:
+                    worker = idle.pop()
+                    if worker.alive:
+                        return worker
+                    victim: _Worker | None = worker  # killed from outside while idle: its slot is reused
+                    break
+                if self._alive < self.size:
+                    self._alive += 1
+                    victim = None
+                    break
+                victim = next((idle.pop() for idle in self._idle.values() if idle), None)
+                if victim is not None:  # an idle worker of other limits makes room
+                    break
+                self._cond.wait()
+        try:
+            if victim is not None:
+                victim.kill()
+            return _Worker(limits)
         except BaseException:
-            if worker.alive:
-                self._release(worker, limits)
+            with self._cond:
+                self._alive -= 1
+                self._cond.notify()
             raise
-        self._release(worker, limits)
-        return result
 
-    def _release(self, worker: _Worker, limits: Limits) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(limits, [])
-            if len(idle) < (os.cpu_count() or 1):
-                idle.append(worker)
-                return
+    def _give_back(self, worker: _Worker, limits: Limits, *, reuse: bool) -> None:
+        if reuse and worker.alive:
+            with self._cond:
+                self._idle.setdefault(limits, []).append(worker)
+                self._cond.notify()
+            return
         worker.kill()
+        with self._cond:
+            self._alive -= 1
+            self._cond.notify()
 
-
-    def close(self, *, kill: bool = True) -> None:
-        """Drop the idle workers: killed at exit; in a forked child only this process's copies of the pipes are
-        closed, so the parent keeps its workers and the child starts its own."""
-        with self._lock:
+    def close(self) -> None:
+        """Kill the idle workers (at exit)."""
+        with self._cond:
             workers = [w for idle in self._idle.values() for w in idle]
             self._idle.clear()
+            self._alive -= len(workers)
         for worker in workers:
-            if kill:
-                worker.kill()
-            else:
-                worker.send.close()
-                worker.recv.close()
+            worker.kill()
+
+    def forget(self) -> None:
+        """In a forked child: close only this process's copies of the idle workers' pipes (the parent keeps its
+        workers) and start afresh, with a new lock (another thread may have held the old one at the fork)."""
+        for worker in [w for idle in self._idle.values() for w in idle]:
+            worker.send.close()
+            worker.recv.close()
+        self._reset()
 
 
-_POOL = _Pool()
+_POOL = _Pool(os.cpu_count() or 1)
 atexit.register(_POOL.close)
-os.register_at_fork(after_in_child=lambda: _POOL.close(kill=False))
+os.register_at_fork(after_in_child=_POOL.forget)
 
 
 def run(fn: Callable[..., Any], *args: Any, limits: Limits) -> Any:
@@ -191,19 +244,19 @@ def serve() -> None:
     _, cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)
     while True:
         try:
-            fn, args, cpu_s = recv.recv()
+            number, fn, args, cpu_s = recv.recv()
         except (EOFError, OSError):
             return  # the parent is gone
         soft = int(_cpu_seconds()) + 1 + cpu_s
         resource.setrlimit(resource.RLIMIT_CPU, (soft if cpu_hard == resource.RLIM_INFINITY else min(soft, cpu_hard), cpu_hard))
         try:
-            reply: tuple[str, Any] = ("ok", fn(*args))
+            reply: tuple[int, str, Any] = (number, "ok", fn(*args))
         except MemoryError:
-            send.send(("memory", ""))
+            send.send((number, "memory", ""))
             return
         except Exception as err:  # the function's own failure: reported to the caller as data
-            reply = ("error", f"{type(err).__name__}: {err}")
+            reply = (number, "error", f"{type(err).__name__}: {err}")
         try:
             send.send(reply)
         except (pickle.PicklingError, TypeError, AttributeError) as err:
-            send.send(("error", f"result cannot be sent back: {err}"))
+            send.send((number, "error", f"result cannot be sent back: {err}"))

@@ -7,8 +7,10 @@ Reward (exactly as the guidance states it):
   object ``"args"``. Otherwise reward -1.0, failure_class ``format_error``.
 - +0.4 if the tool is the expected one (names compare exactly).
 - +0.4 x the fraction of expected arguments whose values match: strings after
-  NFKC, trimming and casefolding; numbers by value (3 == 3.0, but true != 1);
-  lists as multisets of such values; objects key by key.
+  NFKC, trimming and casefolding; numbers by exact value (3 == 3.0, but
+  true != 1; integers of any size, never rounded to a float); lists as
+  multisets of such values; objects key by key. Matching never fails on a
+  JSON value: an argument too large for a float is simply compared.
 - +0.2 if the call executes safely: the tool is in the task's tool list, the
   args validate against its JSON Schema, and the call is not unsafe (a
   destructive tool the reference does not call, or args that break one of the
@@ -20,8 +22,10 @@ failed (then reward is None and failure_class ``verifier_error``).
 
 Bounds per completion: a completion longer than ``MAX_CHARS`` characters
 scores -1.0 with failure_class ``too_large``, and JSON nested deeper than
-``MAX_DEPTH`` is a ``format_error``; parsing and matching are then linear or
-n log n in that size. Schemas are compiled with every reference resolver
+``MAX_DEPTH``, or an integer of more than ``MAX_INT_DIGITS`` digits (Python's
+default limit on int-string conversion, fixed here so that the verdict does
+not depend on the interpreter's setting), is a ``format_error``; parsing and
+matching are then linear or n log n in that size. Schemas are compiled with every reference resolver
 refusing: a ``$ref`` that leaves the schema (a URL, a file) is never fetched;
 it raises ``ForeignReference`` (verifier_error, the task's fault; Task
 validation already refuses such schemas up front).
@@ -76,6 +80,7 @@ NAME = "tool_call"
 VERSION = "1.0.0"
 MAX_CHARS = 65_536  # 20x the longest reference call; bounds the parse, the matching and the schema check
 MAX_DEPTH = 64
+MAX_INT_DIGITS = 4300
 _JSON_WS = " \t\n\r"
 # One call's schema check and safety rules take microseconds for a sane task; a second of CPU is a runaway regex.
 LIMITS = bounds.Limits(cpu_s=1, wall_s=4.0, memory_bytes=1 << 30, warm=("verifiers.tool_call",))
@@ -139,12 +144,20 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise FormatError(f"integer of {digits} digits; at most {MAX_INT_DIGITS}")
+    return int(text)
+
+
 def _reject_constant(name: str) -> None:
     raise FormatError(f"{name} is not valid JSON (RFC 8259)")
 
 
 _DECODER = json.JSONDecoder(
-    object_pairs_hook=_no_duplicates, parse_float=_finite_float, parse_constant=_reject_constant
+    object_pairs_hook=_no_duplicates, parse_float=_finite_float, parse_int=_bounded_int,
+    parse_constant=_reject_constant,
 )
 
 
@@ -176,16 +189,29 @@ def parse_call(completion: str) -> ToolCall:
     return ToolCall(tool=value["tool"], args=value["args"])
 
 
+def _number(value: int | float) -> tuple[str, Any]:
+    """A number's exact value: an integral float as the int it equals (so 3.0 is 3, whose repr is the same), any
+    other float as itself. Never converts an int to a float: 10**400 would overflow, 2**53 + 1 would round."""
+    if isinstance(value, float):
+        if not math.isfinite(value):  # not JSON; named so that the order below stays total
+            return ("x", repr(value))
+        if value.is_integer():
+            return ("n", int(value))
+    return ("n", value)
+
+
 def normalize(value: Any) -> Any:
-    """A hashable, comparable form of a JSON value (see the module contract)."""
+    """A hashable form of a JSON value (see the module contract) whose equality is the match and whose ``repr``
+    is canonical. Normal forms are totally ordered (a tag, then a payload of one type per tag; Python compares an
+    int with a float exactly), so lists are multisets by plain sorting. Never raises on a JSON value."""
     if isinstance(value, str):
         return ("s", unicodedata.normalize("NFKC", value).strip().casefold())
     if isinstance(value, bool) or value is None:
-        return ("c", value)
+        return ("c", json.dumps(value))
     if isinstance(value, (int, float)):
-        return ("n", float(value))
+        return _number(value)
     if isinstance(value, list):
-        return ("l", tuple(sorted((normalize(v) for v in value), key=repr)))
+        return ("l", tuple(sorted(normalize(v) for v in value)))
     if isinstance(value, dict):
         return ("d", tuple(sorted((k, normalize(v)) for k, v in value.items())))
     raise TypeError(f"not a JSON value: {type(value).__name__}")

@@ -1,12 +1,16 @@
 """Hostile inputs to the in-process verifiers: tool schemas whose $ref points at a URL or a file (never fetched,
 refused up front), completions that would compute for hours (math) or scan quadratically (cli), oversized and
-over-nested completions, and a judge server that trickles its reply. Every case asserts the exact verdict and a
-bound on the time it took."""
+over-nested completions, huge integers in tool arguments, a bounded call cancelled mid-way (its reply must never
+answer the next call), more concurrent callers than workers, and a judge server that trickles its reply. Every
+case asserts the exact verdict and a bound on the time it took."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -353,3 +357,180 @@ def running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended; its new parent has not reaped it yet
+
+
+# --- huge integers: a wrong argument or a format error, never a verifier error ---------------------------------
+
+@pytest.fixture(scope="module")
+def tc_tasks() -> dict[str, Task]:
+    """Two shipped tool_call seed tasks: a deal update with an amount, an event created with a title."""
+    seeds_path, tools_path = env_paths("tool_call")
+    tools = load_tools(tools_path)
+    tasks = [seed_task(seed, tools) for seed in load_seeds(seeds_path, tools)]
+    return {tool: next(t for t in tasks if t.reference.calls[0].tool == tool and arg in t.reference.calls[0].args)
+            for tool, arg in (("crm.update_deal", "amount"), ("calendar.create_event", "title"))}
+
+
+def _call_with(task: Task, arg: str, literal: str) -> str:
+    """The reference call as JSON text, with ``arg``'s value replaced by the JSON number text ``literal``."""
+    call = task.reference.calls[0]
+    text = json.dumps({"tool": call.tool, "args": {**call.args, arg: "@@"}})
+    return text.replace('"@@"', literal)
+
+
+def test_a_huge_integer_argument_is_a_wrong_argument(tc_tasks: dict[str, Task]) -> None:
+    deal = tc_tasks["crm.update_deal"]  # amount: {"type": "number", "minimum": 0}, no maximum: the schema holds
+    assert deal.reference.calls[0].args == {"deal_id": "DEAL-2284", "amount": 18500, "stage": "proposal"}
+    verdict = tool_call.verify(deal, _call_with(deal, "amount", "9" * 400))
+    assert verdict.model_dump() == {
+        "reward": 0.8666666667, "valid": True, "failure_class": "wrong_args",
+        "components": {"format": 1.0, "tool": 0.4, "args": 0.2666666667, "safe": 0.2}, "details": "",
+        "verifier": "tool_call", "verifier_version": "1.0.0"}
+    for same in ("18500", "18500.0", "1.85e4", "18500" + "." + "0" * 400):  # numbers by exact value
+        assert tool_call.verify(deal, _call_with(deal, "amount", same)).reward == 1.0
+    event = tc_tasks["calendar.create_event"]  # title is a string: a huge number is a wrong, invalid argument
+    verdict = tool_call.verify(event, _call_with(event, "title", "-" + "9" * 4300))
+    assert (verdict.reward, verdict.valid, verdict.failure_class, verdict.details) == (
+        round(0.4 + 0.4 * (len(event.reference.calls[0].args) - 1) / len(event.reference.calls[0].args), 10),
+        True, "wrong_args", "args.title: must be string")
+
+
+@pytest.mark.parametrize("literal", ["9" * 4301, "-" + "9" * 4301, "1" + "0" * 65_000])
+def test_an_integer_over_4300_digits_is_a_format_error(tc_tasks: dict[str, Task], literal: str) -> None:
+    deal = tc_tasks["crm.update_deal"]
+    verdict = tool_call.verify(deal, _call_with(deal, "amount", literal))
+    digits = len(literal.lstrip("-"))
+    assert verdict.model_dump() == {
+        "reward": -1.0, "valid": True, "failure_class": "format_error", "components": {"format": 0.0},
+        "details": f"integer of {digits} digits; at most 4300", "verifier": "tool_call", "verifier_version": "1.0.0"}
+
+
+def test_normalize_is_exact_and_total() -> None:
+    n = tool_call.normalize
+    values: list[Any] = [10**400, -(10**4300), 2**53 + 1, 1e308, -0.0, 0.5, True, None, "x", [], {},
+                         [10**400, 1.5, "a", None, False, [1], {"k": 10**400}], {"a": [3, 3.0, 2**64]},
+                         float("inf"), float("nan")]
+    for value in values:  # never raises, and a value equals itself
+        assert n(value) == n(value) and hash(n(value)) == hash(n(value))
+    assert n(10**400) != n(10**400 + 1) and n(10**400) != n(1e300)
+    assert n(2**53 + 1) != n(float(2**53)) and n(2**53) == n(float(2**53))  # exact: never rounded to a float
+    assert n(3) == n(3.0) and repr(n(3)) == repr(n(3.0)) and n(True) != n(1) and n(None) != n("null")
+    assert n([10**16, 15, 10**400]) == n([15.0, 10**400, 1e16])  # a multiset, whatever the order and number type
+    assert n([1, 1, 2]) != n([1, 2, 2]) and n([[1, "a"], None]) == n([None, [1.0, "A "]])
+    big = {"t": {"r1": {"n": 10**400, "tags": [10**400, None, True]}}}
+    assert workplace.changes({"t": {}}, big) == workplace.changes({"t": {}}, json.loads(json.dumps(big)))
+
+
+def test_workplace_huge_integers_are_the_agents_mistakes(wp_task: Task) -> None:
+    listing, update = wp_task.reference.calls
+    assert update.tool == "update_event"  # duration_minutes: {"type": "integer", "minimum": 5, "maximum": 480}
+    huge = update.model_copy(update={"args": {**update.args, "duration_minutes": 10**400}})
+    verdict = workplace.verify(wp_task, json.dumps(workplace.trajectory_from_calls([listing, huge])))
+    assert (verdict.reward, verdict.valid, verdict.failure_class, verdict.components["tool_errors"]) == (
+        0.0, True, "incomplete", 1.0)
+    over = json.dumps(workplace.trajectory_from_calls([listing, update])).replace(
+        '"content": "Done."', '"content": ' + "9" * 4301)
+    verdict = workplace.verify(wp_task, over)
+    assert (verdict.reward, verdict.valid, verdict.failure_class, verdict.details) == (
+        -1.0, True, "format_error", "expected a JSON list of chat messages (a trajectory)")
+
+
+# --- bounds: a call left mid-way never leaves its reply to the next caller; at most cpu_count workers ----------
+
+class Cancelled(Exception):
+    pass
+
+
+def _cancel_thread_mid_call() -> list[Any]:
+    """A thread's call cancelled as frameworks do (an exception raised into the thread) while its worker computes."""
+    out: list[Any] = []
+
+    def caller() -> None:
+        try:
+            out.append(bounds.run(eval, "__import__('time').sleep(0.6) or 'first'", limits=BOUNDS_LIMITS))
+        except Cancelled:
+            out.append("cancelled")
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    time.sleep(0.2)  # the request is in the worker now
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(Cancelled))
+    thread.join(10)
+    return out
+
+
+def _interrupt_main_thread_mid_call() -> list[Any]:
+    """A signal handler raising in the caller (as SIGINT's KeyboardInterrupt does) while the worker computes."""
+    def interrupt(*_: Any) -> None:
+        raise Cancelled()
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        return [bounds.run(eval, "__import__('time').sleep(0.6) or 'first'", limits=BOUNDS_LIMITS)]
+    except Cancelled:
+        return ["cancelled"]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+BOUNDS_LIMITS = bounds.Limits(cpu_s=2, wall_s=5.0, memory_bytes=1 << 30)
+
+
+@pytest.mark.parametrize("cancel", [_cancel_thread_mid_call, _interrupt_main_thread_mid_call])
+def test_a_call_cancelled_mid_way_never_answers_the_next_one(cancel: Callable[[], list[Any]]) -> None:
+    assert bounds.run(eval, "'warm'", limits=BOUNDS_LIMITS) == "warm"  # an idle worker: the call starts at once
+    assert cancel() == ["cancelled"]
+    time.sleep(0.6)  # the cancelled call's reply is written by now, wherever its worker's pipe still is
+    assert [bounds.run(eval, f"'call {i}'", limits=BOUNDS_LIMITS) for i in range(3)] == ["call 0", "call 1", "call 2"]
+    math_verifier._cached_compare.cache_clear()
+    assert cancel() == ["cancelled"]
+    time.sleep(0.6)
+    assert math_verifier.verify(MATH_TASK, "\\boxed{2}").model_dump()["failure_class"] == "wrong_answer"
+
+
+def _workers() -> set[int]:
+    """This process's bounds workers alive now."""
+    found = set()
+    for children in Path("/proc/self/task").glob("*/children"):
+        for pid in children.read_text().split():
+            try:
+                if b"verifiers.bounds import serve" in Path(f"/proc/{pid}/cmdline").read_bytes() and running(int(pid)):
+                    found.add(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def test_concurrent_callers_share_at_most_cpu_count_workers() -> None:
+    cap = os.cpu_count() or 1
+    callers = 3 * cap
+    limits = bounds.Limits(cpu_s=2, wall_s=1.5, memory_bytes=1 << 30)  # 3 rounds of 0.6 s: a wait past 1.5 s
+    results: dict[int, Any] = {}
+    peak, done = 0, threading.Event()
+
+    def call(i: int) -> None:
+        try:
+            results[i] = bounds.run(eval, f"__import__('time').sleep(0.6) or {i}", limits=limits)
+        except Exception as err:  # noqa: BLE001  (asserted below)
+            results[i] = err
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, len(_workers()))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    done.set()
+    watcher.join()
+    assert results == {i: i for i in range(callers)}  # every wait was outside its call's 1.5 s wall bound
+    assert 1 <= peak <= cap
+    assert len(_workers()) <= cap
