@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # Stops what deploy/start.sh started under --home DIR (default ./flywheel-home): workers first (SIGINT: a process
-# worker ignores SIGTERM), then the server. The database and all outputs stay.
+# worker ignores SIGTERM; both workers are signalled at once and given 30 s together), then the server.
+# The database and all outputs stay.
 set -uo pipefail
 home=$PWD/flywheel-home
 [ "${1:-}" = "--home" ] && home=${2:?--home DIR}
-stop() {  # name, signal
-  local pidfile=$home/$1.pid
-  [ -f "$pidfile" ] || return 0
-  local pid; pid=$(cat "$pidfile")
-  kill "-$2" -- "-$pid" 2>/dev/null || kill "-$2" "$pid" 2>/dev/null
-  for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  kill -KILL -- "-$pid" 2>/dev/null
-  rm -f "$pidfile"
+signal() {  # signal, name...: send the signal to each process group; print the pids signalled
+  local sig=$1; shift
+  for name in "$@"; do
+    [ -f "$home/$name.pid" ] || continue
+    local pid; pid=$(cat "$home/$name.pid")
+    kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null
+    echo "$pid"
+  done
 }
-stop worker-gpu INT; stop worker-cpu INT; stop server TERM
+stop() {  # signal, name...: signal them, wait up to 30 s for all, then SIGKILL what is left
+  local pids; pids=$(signal "$@")
+  for _ in $(seq 60); do
+    local alive=0
+    for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.5
+  done
+  for pid in $pids; do kill -KILL -- "-$pid" 2>/dev/null; done
+  shift; for name in "$@"; do rm -f "$home/$name.pid"; done
+}
+stop INT worker-gpu worker-cpu; stop TERM server
 echo "stopped the Prefect stack in $home"
