@@ -5,8 +5,16 @@ the target is:
 
 - a new path or an existing regular file: the data goes to a unique temp file in the same folder
   (``tempfile.mkstemp``), is fsynced, then renamed over the target, so readers see the old file or the new one
-  whole. An existing file keeps its mode (and owner, where allowed); a new one gets ``0o666 & ~umask``.
-- a symlink: its resolved target is written the same way; the link stays a link.
+  whole. An existing file keeps its mode, less setuid/setgid (as the kernel drops them on a write), and its owner
+  where allowed; a new one gets ``0o666 & ~umask``.
+  Consequences of renaming, chosen over writing in place (which would expose half a file and, on a failure,
+  damage every name): a hard-linked file is split, like editors and other rename-based writers do: the named
+  path gets the new data, the other names keep the old file untouched. And the folder must let this user create
+  and rename files: a file this user may write inside a read-only folder, or another user's file in a sticky
+  folder such as /tmp, is refused ("permission denied"), never written half-way in place.
+- a symlink: its resolved target is written the same way; the link stays a link. A link that leads to a file with
+  no path of its own (``/proc/self/fd/N`` or ``/dev/stdout`` of a deleted file, or one only reachable through
+  another process's /proc) is refused: resolving it would create a new file named after it (``x (deleted)``).
 - an existing non-regular file (character or block device, FIFO, socket): written through in place, never
   replaced or removed (``/dev/null`` works; ``/dev/full`` is a "no space" error; a FIFO needs a reader).
 - a directory: an error.
@@ -81,7 +89,8 @@ def _replace(target: Path) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask())  # mkstemp makes it 0600
+        # mkstemp makes it 0600; setuid/setgid are not carried over to new content (the kernel drops them on write)
+        os.chmod(tmp, stat.S_IMODE(old.st_mode) & ~(stat.S_ISUID | stat.S_ISGID) if old else 0o666 & ~_umask())
         if old and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
             with contextlib.suppress(PermissionError):  # keep the owner where we may (root writing a user's file)
                 os.chown(tmp, old.st_uid, old.st_gid)
@@ -90,6 +99,16 @@ def _replace(target: Path) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _same_file(path: Path, st: os.stat_result) -> bool:
+    """Whether ``path`` names the file ``st`` describes (a magic /proc link to a deleted file resolves to a path
+    that does not, or that names another file)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino)
 
 
 @contextlib.contextmanager
@@ -105,8 +124,14 @@ def open_output(path: Path | str) -> Iterator[BinaryIO]:
             raise OutputError(f"cannot write {path}: it is a directory; name a file")
         if st is not None and not stat.S_ISREG(st.st_mode):
             writer = _write_through(path)
-        else:  # a symlink (even a dangling one) is written through to its target; the link stays
-            writer = _replace(Path(os.path.realpath(path)) if path.is_symlink() else path)
+        elif path.is_symlink():  # written through to its target (even a dangling one's); the link stays
+            target = Path(os.path.realpath(path))
+            if st is not None and not _same_file(target, st):
+                raise OutputError(f"cannot write {path}: it leads to a file with no path of its own (deleted, or seen "
+                                  "only through /proc); name the file's real path")
+            writer = _replace(target)
+        else:
+            writer = _replace(path)
         with writer as f:
             yield f
     except OutputError:

@@ -1,6 +1,8 @@
-"""Hostile output targets through the real CLI (`flywheel score`, `flywheel dedupe` as subprocesses): a device,
-a FIFO, a symlink, a folder, a read-only folder and a write that fails half-way. Each one is written through or
-refused with one line; the target stays what it was and no temp file is left beside it."""
+"""Hostile output targets through the real CLI (`flywheel score`, `flywheel dedupe` as subprocesses) and the writer
+itself: a device, a FIFO, a symlink, a folder, a read-only folder, a write that fails half-way, a hard link (split:
+the other name keeps the old file), /proc/self/fd of a deleted file, a setuid file and another user's file in a
+sticky folder. Each one is written through or refused with one line; the target stays what it was and no temp
+file (nor a file named after a /proc link) is left beside it."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ import resource
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tasks.files import open_output
+from tasks.files import open_output, write_text_atomic
 from tasks.seeds import seed_task
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
@@ -213,3 +216,108 @@ def test_socket_is_one_line_and_stays_a_socket(tmp_path) -> None:
             with open_output(path) as f:
                 f.write(b"x")
         assert stat.S_ISSOCK(os.lstat(path).st_mode) and os.listdir(tmp_path) == ["sock"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_hard_linked_file_is_split_and_the_other_name_keeps_the_old_file(command, inputs, tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    named, other = out / "scored.jsonl", out / "other-name.jsonl"
+    named.write_text("old\n")
+    os.link(named, other)
+    proc = flywheel(command, inputs, named)
+    assert proc.returncode == 0, proc.stderr
+    lines = named.read_text().splitlines()
+    assert len(lines) == expected_lines(command) and all(json.loads(line) for line in lines)
+    assert other.read_text() == "old\n"  # atomic replace splits the link: the other name is not touched
+    assert (named.stat().st_nlink, other.stat().st_nlink) == (1, 1) and not named.samefile(other)
+    assert sorted(os.listdir(out)) == ["other-name.jsonl", "scored.jsonl"]
+
+
+def test_hard_linked_file_failing_half_way_keeps_both_names_and_the_link(inputs, tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    named, other = out / "scored.jsonl", out / "other-name.jsonl"
+    named.write_text("old\n")
+    os.link(named, other)
+    proc = flywheel("score", inputs, named, preexec_fn=_limit_file_size)
+    assert proc.returncode == 1 and error_lines(proc) == [
+        f"error: cannot write {named}: File too large; choose another path"]
+    assert named.read_text() == other.read_text() == "old\n" and named.samefile(other) and named.stat().st_nlink == 2
+    assert sorted(os.listdir(out)) == ["other-name.jsonl", "scored.jsonl"]
+
+
+def test_proc_fd_of_a_deleted_file_is_one_line_and_creates_nothing(tmp_path) -> None:
+    gone = tmp_path / "gone.jsonl"
+    with open(gone, "w") as held:
+        gone.unlink()  # the file lives on only through this descriptor: /proc/self/fd/N -> ".../gone.jsonl (deleted)"
+        link = f"/proc/self/fd/{held.fileno()}"
+        with pytest.raises(OSError) as err, open_output(link) as f:
+            f.write(b"x")
+    assert str(err.value) == (f"cannot write {link}: it leads to a file with no path of its own (deleted, or seen "
+                              "only through /proc); name the file's real path")
+    assert os.listdir(tmp_path) == []  # not a new file named "gone.jsonl (deleted)"
+
+
+def test_proc_fd_of_a_named_file_writes_that_file(tmp_path) -> None:
+    target = tmp_path / "named.jsonl"
+    target.write_text("old\n")
+    with open(target) as held:
+        with open_output(f"/proc/self/fd/{held.fileno()}") as f:
+            f.write(b"new\n")
+    assert target.read_text() == "new\n" and os.listdir(tmp_path) == ["named.jsonl"]
+
+
+def test_setuid_and_setgid_bits_are_not_carried_to_new_content(tmp_path) -> None:
+    target = tmp_path / "tool"
+    target.write_text("old\n")
+    target.chmod(0o6755)
+    with open_output(target) as f:
+        f.write(b"new\n")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755 and target.read_text() == "new\n"
+
+
+@pytest.fixture
+def sticky_dir():
+    """A world-writable sticky folder (like /tmp) outside pytest's 0700 tree, so another uid can reach it."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="flywheel-sticky-", dir="/tmp"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def _as_nobody(write: Callable[[], None]) -> str:
+    """Run ``write`` in a forked child as uid/gid 65534; the OSError it raised, or "ok"."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        result = "ok"
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            write()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, whatever it is
+            result = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        finally:
+            os.write(write_end, result.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        result = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return result
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_another_users_file_in_a_sticky_folder_is_refused_not_written_in_place(sticky_dir) -> None:
+    target = sticky_dir / "shared.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o666)  # the second user may write it, but the sticky bit forbids renaming over it
+    assert _as_nobody(lambda: write_text_atomic(target, "new\n")) == (
+        f"cannot write {target}: permission denied; choose a path you can write")
+    assert target.read_text() == "old\n" and target.stat().st_uid == 0 and os.listdir(sticky_dir) == ["shared.jsonl"]
