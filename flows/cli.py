@@ -213,7 +213,9 @@ def _check_output(path: Path, option: str, folder_wanted: bool = False) -> None:
         raise ValueError(f"{option} {path} is a file; name a folder")
     if not folder_wanted and path.is_dir():
         raise ValueError(f"{option} {path} is a directory; name a file")
-    folder = path if folder_wanted else path.parent
+    if not folder_wanted and path.exists() and not path.is_file():
+        return  # a device or FIFO is written through in place: its folder's permissions do not matter
+    folder = path if folder_wanted else path.resolve().parent  # a symlink's target is replaced beside the target
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent  # missing folders are created at write time: the nearest existing one must allow it
     if not folder.is_dir():

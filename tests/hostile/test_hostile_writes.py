@@ -172,6 +172,28 @@ def test_read_only_folder_is_one_line_and_untouched(command, inputs, read_only_d
     assert os.listdir(read_only_dir) == ["old.jsonl"] and target.read_text() == "old\n"
 
 
+def test_fifo_in_a_read_only_folder_is_written_through(inputs, tmp_path) -> None:
+    """A device or FIFO is written in place, so a folder nobody may create files in does not matter (as /dev for a
+    normal user): the CLI's up-front check must not refuse it."""
+    folder = tmp_path / "ro-fifo"
+    folder.mkdir()
+    fifo = folder / "pipe"
+    os.mkfifo(fifo)
+    folder.chmod(0o555)
+    if os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("running as root and chattr +i is not available: a folder cannot be made read-only")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        proc = flywheel("dedupe", inputs, fifo)
+        data = os.read(reader, 1 << 20).decode()
+    finally:
+        os.close(reader)
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+        folder.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    assert len(data.splitlines()) == expected_lines("dedupe") and os.listdir(folder) == ["pipe"]
+
+
 def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # Python ignores SIGXFSZ: a bigger write fails with EFBIG
 
