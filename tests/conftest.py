@@ -1,4 +1,4 @@
-"""Shared fixtures: one Prefect test harness per session (it costs ~9 s to start)."""
+"""Shared fixtures (one Prefect test harness per session: it costs ~9 s to start) and helpers for hostile tests."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK"
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
 import pytest  # noqa: E402
 
 from tasks.seeds import env_paths, load_seeds, load_tools  # noqa: E402
+from verifiers.sandbox import NOBODY  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -81,3 +85,65 @@ def model_server() -> Iterator[str]:
     """The embedded model behind ``flywheel serve`` (OpenAI-compatible), once per session; yields .../v1."""
     with cli_server(["serve", "--name", "smol"], "/v1/models") as base:
         yield base + "/v1"
+
+
+def within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """fn() run in a thread; fails the test (instead of hanging it) when it takes longer than ``seconds``."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as err:  # re-raised in the test's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+@contextmanager
+def silent_listener() -> Iterator[tuple[socket.socket, int]]:
+    """A real 127.0.0.1 server socket that never accepts nor answers: a fetch of its URL would hang forever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        yield server, server.getsockname()[1]
+    finally:
+        server.close()
+
+
+def sandbox_processes() -> list[str]:
+    """Processes a sandbox of this test could have left on the host: bwrap or anything running as nobody (we are
+    root) that is our descendant or was orphaned onto the host's init (others' sandboxes on the machine are not)."""
+    ours = set(descendants(os.getpid()))
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        sandboxed = "--unshare-pid" in cmd or (os.geteuid() == 0 and int(status["Uid"].split()[0]) == NOBODY)
+        if sandboxed and (int(pid) in ours or int(status["PPid"]) == 1):
+            found.append(f"{pid}: {cmd[:80]}")
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    found, stack = [], [pid]
+    while stack:
+        parent = stack.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            stack += children
+    return found

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from conftest import sandbox_processes
 from schemas import Task
 from verifiers import code
-from verifiers.sandbox import NOBODY, Limits, run_code
+from verifiers.sandbox import Limits, run_code
 
 HOSTILE = {
     "fork bomb": ("import os\ndef solve(xs):\n    while True:\n        os.fork()\n", "resource_limit"),
@@ -43,36 +44,7 @@ def divisible_task() -> Task:
                                 "meta": {"seed_id": "hostile"}})
 
 
-def sandbox_processes() -> list[str]:
-    """Processes a sandbox of this test could have left on the host: bwrap or anything running as nobody (when we
-    are root) that is our descendant or was orphaned onto the host's init (others' sandboxes on the machine are
-    not ours to count)."""
-    ours = set(descendants(os.getpid()))
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError):
-            continue
-        sandboxed = "--unshare-pid" in cmd or (os.geteuid() == 0 and int(status["Uid"].split()[0]) == NOBODY)
-        if sandboxed and (int(pid) in ours or int(status["PPid"]) == 1):
-            found.append(f"{pid}: {cmd[:80]}")
-    return found
 
-
-def descendants(pid: int) -> list[int]:
-    found, stack = [], [pid]
-    while stack:
-        parent = stack.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found += children
-            stack += children
-    return found
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))

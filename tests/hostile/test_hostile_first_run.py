@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import descendants
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,26 +27,6 @@ def _generate(tmp: Path, n: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "flows.cli", "generate", "--env", "tool_call", "--n", str(n),
                              "--seed", "1", "--out", str(tmp / "out")], cwd=ROOT, env=_env(tmp / "home"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _children() -> dict[int, int]:
-    """pid -> parent pid of every process on the machine."""
-    parents = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        parents[int(pid)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return parents
-
-
-def _descendants(root: int) -> set[int]:
-    parents, found, frontier = _children(), set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def _alive(pids: set[int]) -> set[int]:
@@ -78,13 +60,13 @@ def test_a_killed_command_leaves_no_process_behind(tmp_path: Path) -> None:
     seen: set[int] = set()
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        seen |= _descendants(proc.pid)
+        seen |= set(descendants(proc.pid))
         commands = [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive(seen) if Path(f"/proc/{p}/cmdline").exists()]
         if any(b"uvicorn" in c for c in commands) and any(b"multiprocessing" in c for c in commands):
             break  # the temporary API and the Dask workers are up: kill the command now
         time.sleep(0.2)
     assert proc.poll() is None, "the command ended before its server and workers were seen"
-    seen |= _descendants(proc.pid)
+    seen |= set(descendants(proc.pid))
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 30

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from conftest import cli_server
+from conftest import cli_server, within
 from schemas import Task, ToolCall
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from tasks.validate import reference_completion
@@ -43,23 +42,7 @@ AUDITED = {
 }
 
 
-def within(seconds: float, fn: Callable[[], Any]) -> Any:
-    """fn() in a thread; fails the test instead of hanging it when it takes longer than ``seconds``."""
-    box: dict[str, Any] = {}
 
-    def target() -> None:
-        try:
-            box["result"] = fn()
-        except BaseException as err:  # re-raised in the test's thread
-            box["error"] = err
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still running after {seconds} s"
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
 
 
 def bound_details(tool: str, crossed: str) -> str:

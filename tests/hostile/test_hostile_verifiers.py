@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from conftest import silent_listener, within
 from schemas import Task, ToolSpec, Verdict
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from verifiers import bounds, cli, judge, tool_call, workplace
@@ -34,35 +35,7 @@ FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
 SECRET = "s3cr3t-value-7f1c"
 
 
-def within(seconds: float, fn: Callable[[], Any]) -> Any:
-    """fn() run in a thread; fails the test (instead of hanging it) when it takes longer than ``seconds``."""
-    box: dict[str, Any] = {}
 
-    def target() -> None:
-        try:
-            box["result"] = fn()
-        except BaseException as err:  # re-raised in the test's thread
-            box["error"] = err
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still running after {seconds} s"
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
-@contextmanager
-def silent_listener() -> Iterator[tuple[socket.socket, int]]:
-    """A real 127.0.0.1 server socket that never accepts nor answers: a fetch of its URL would hang forever."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    try:
-        yield server, server.getsockname()[1]
-    finally:
-        server.close()
 
 
 def was_contacted(server: socket.socket) -> bool:
