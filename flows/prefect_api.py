@@ -34,8 +34,11 @@ class PrefectAPIError(RuntimeError):
     """The temporary Prefect API could not start; the message says why."""
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child between fork and exec only calls it
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec: no imports, no dlopen, no allocation
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _free_port() -> int:
