@@ -22,6 +22,7 @@ import httpx  # noqa: E402
 import pytest  # noqa: E402
 
 from tasks.seeds import env_paths, load_seeds, load_tools  # noqa: E402
+from verifiers.procs import descendants  # noqa: E402  (re-exported: hostile tests import it from here)
 from verifiers.sandbox import NOBODY  # noqa: E402
 
 
@@ -134,16 +135,3 @@ def sandbox_processes() -> list[str]:
             found.append(f"{pid}: {cmd[:80]}")
     return found
 
-
-def descendants(pid: int) -> list[int]:
-    found, stack = [], [pid]
-    while stack:
-        parent = stack.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found += children
-            stack += children
-    return found

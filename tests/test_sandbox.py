@@ -3,8 +3,12 @@ host is unaffected (no files written, no connection made, no process left, the t
 
 from __future__ import annotations
 
+import gc
 import os
+import resource
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -13,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import sandbox_processes
-from schemas import Task
+from schemas import Task, Verdict
 from verifiers import code
 from verifiers.sandbox import Limits, run_code
 
@@ -142,3 +146,42 @@ def test_the_default_budget_leaves_one_process_room_for_real_work() -> None:
     source = "def solve(xs):\n    block = b'x' * (80 << 20)\n    return [x for x in xs if x % 3 == 0][:len(block)]\n"
     verdict = code.verify(divisible_task(), source)
     assert (verdict.reward, verdict.failure_class, verdict.valid) == (1.0, None, True)
+
+
+VERIFY_IN_A_CHILD = """import sys
+from schemas import Task
+from verifiers import code
+print(code.verify(Task.model_validate_json(sys.argv[1]), sys.argv[2]).model_dump_json())
+"""
+
+
+@pytest.mark.parametrize(("name", "limit", "hard"), [("nofile", resource.RLIMIT_NOFILE, 32),
+                                                     ("nproc", resource.RLIMIT_NPROC, 5),
+                                                     ("fsize", resource.RLIMIT_FSIZE, 1 << 19)],
+                         ids=["nofile", "nproc", "fsize"])
+def test_a_host_hard_limit_below_the_sandboxs_is_a_verifier_error_never_reward_0(name: str, limit: int,
+                                                                                   hard: int) -> None:
+    """The harness cannot raise a hard limit it inherits (ulimit -H on the host, a container's limits): no candidate
+    code ran, so a correct completion must come back valid=False (dropped), not runtime_error at reward 0."""
+    good = "def solve(xs):\n    return [x for x in xs if x % 3 == 0]\n"
+    child = subprocess.run([sys.executable, "-c", VERIFY_IN_A_CHILD, divisible_task().model_dump_json(), good],
+                           preexec_fn=lambda: resource.setrlimit(limit, (hard, hard)), capture_output=True, text=True,
+                           timeout=60, check=True)
+    verdict = Verdict.model_validate_json(child.stdout)
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (None, False, "verifier_error"), verdict.details
+    assert verdict.details.startswith(f"SandboxError: the sandbox could not set its limits: {name} "), verdict.details
+    assert f"(hard limit here: {hard}); raise this host's hard limit" in verdict.details
+
+
+def test_runs_leave_no_file_descriptor_open() -> None:
+    """Every fd a run opens (pipes, the selector's epoll) is closed when run_code returns, without waiting for the
+    garbage collector (off here: the selector sits in a reference cycle, so only a full collection would free it)."""
+    before = sorted(os.listdir("/proc/self/fd"))
+    gc.disable()
+    try:
+        for _ in range(20):
+            assert run_code("def f(x):\n    return x\n", "f", [[1]]).events[0] == {"event": "test", "i": 0, "value": 1}
+        after = sorted(os.listdir("/proc/self/fd"))
+    finally:
+        gc.enable()
+    assert after == before

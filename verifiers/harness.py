@@ -1,10 +1,13 @@
 """The program that runs inside the sandbox (stdlib only; passed to ``python -I -S -c``, never imported by the host).
 
-Protocol (one JSON object per line; the host in ``verifiers.sandbox`` drives it and checks every reply):
-- The harness writes ``{"event": "hello"}`` before it reads anything, so the host knows the sandbox started and
-  that whatever follows happened after the candidate could run.
-- The host sends ``{"code", "entry_point", "limits"}``. The harness sets the limits on itself, compiles and runs
-  the program, and answers ``ready``, or ``syntax_error`` / ``load_error`` (with ``error``) and exits.
+Protocol (one JSON object per line; the host in ``verifiers.sandbox_protocol`` drives it and checks every reply):
+- The host sends ``{"code", "entry_point", "limits"}``. The harness sets the limits on itself, then writes
+  ``{"event": "hello"}``: the host knows the sandbox started with its limits in force, and that whatever follows
+  happened after the candidate could run. A limit it cannot set (the host's hard limit is lower) is instead
+  ``{"event": "limits_error", "message"}`` and the harness exits: no candidate code has run, so the host can trust
+  that line and reports an infrastructure failure, never the candidate's.
+- The harness then compiles and runs the program, and answers ``ready``, or ``syntax_error`` / ``load_error``
+  (with ``error``) and exits.
 - Then, one at a time, the host sends ``{"nonce", "args"}`` and the harness answers exactly one
   ``{"nonce", "value"}`` or ``{"nonce", "error"}`` for that call; last ``{"nonce", "finish": true}`` gets
   ``{"nonce", "event": "finished"}`` and the harness waits to be killed. Expected outputs never come in.
@@ -68,10 +71,15 @@ def main():
     def reply(message):
         send(dumps(message, allow_nan=False))
 
-    reply({"event": "hello"})
     payload = loads(requests.readline())
     for name, (soft, hard) in payload["limits"].items():  # a user namespace of its own: nproc counts this sandbox
-        resource.setrlimit(LIMITS[name], (soft, hard))
+        try:
+            resource.setrlimit(LIMITS[name], (soft, hard))
+        except (ValueError, OSError) as err:  # above this process's hard limit, which only the host can raise
+            reply({"event": "limits_error", "message": f"{name} {soft}/{hard}: {err} (hard limit here: "
+                                                       f"{resource.getrlimit(LIMITS[name])[1]})"})
+            return
+    reply({"event": "hello"})
     try:
         code = compile(payload["code"], "<candidate>", "exec")
     except (SyntaxError, ValueError) as err:
