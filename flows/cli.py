@@ -76,11 +76,13 @@ app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, no_args_is_help=
 
 
 def _one_line(exc: BaseException) -> str:
+    from verifiers.common import one_line  # only on an error: the verifiers package imports sympy (~0.5 s)
+
     if isinstance(exc, ValidationError):
         e = exc.errors()[0]
         msg = e["msg"].removeprefix("Value error, ")  # a validator's own message already names the option
-        return f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {msg}" if e["loc"] else " ".join(msg.split())
-    return " ".join(str(exc).split()) or type(exc).__name__
+        return f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {msg}" if e["loc"] else one_line(msg, None)
+    return one_line(exc, None)  # whole: the message names the file or option to fix
 
 
 def _version(value: bool) -> None:
@@ -376,11 +378,14 @@ def promote(
     latency_margin: float = typer.Option(0.25, help="Allowed relative rise of p95 latency."),
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
-    from flows.promote import promote_model
+    from flows.promote import load_evals, promote_model
     from tasks.gate import GateConfig
+    from tasks.registry import Registry
 
     try:
         config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, latency_margin=latency_margin)
+        Registry(registry).version(version)  # an unknown --version and unusable evals fail before any flow run
+        load_evals(str(baseline_eval), str(candidate_eval))
         summary = _in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
                                                 override))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:

@@ -14,23 +14,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas import Thresholds
+from schemas.records import MAX_SEED
 from tasks.dedupe import MAX_NGRAM
 from tasks.seeds import SEEDS_DIR
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
 MAX_ROWS = 10_000_000  # generate --n: 100x the 100k-row bench flow
-MAX_SEED = 2**32 - 1  # numpy's and transformers.set_seed's range
 
 
 def check_parent(folder: str) -> None:
     """A --parent must be a published version whose train and held-out files match its manifest and read."""
     from tasks.publish import read_split
 
-    try:
-        (Path(folder) / "manifest.json").read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"--parent {folder}: {Path(folder) / 'manifest.json'} is not UTF-8 text; republish the "
-                         "version with `flywheel generate`") from None
     for split in ("train", "heldout"):  # the columns the near-duplicate stage reads
         try:
             read_split(Path(folder), split, ["id", "prompt"])

@@ -2,9 +2,11 @@
 the gate report (registry + Prefect artifact), and move the production alias only when the gate passes or an
 override names its reason.
 
-Contract: ``run_promote(...)`` returns the gate summary and the event (None when nothing moved). Both evals must
-come from ``flywheel eval`` on the same dataset content and split with the same rollouts (task, sample, seed).
-The gate report is written before the alias moves, so a kill in between leaves production where it was.
+Contract: ``promote_model(...)`` returns the gate summary and the event (None when nothing moved). Both evals must
+come from ``flywheel eval`` on the same dataset content and split with the same rollouts (task, sample, seed):
+:func:`load_evals` checks that (and that both folders read) and raises one-line ``GateError``s, so the CLI calls
+it before the flow starts. The gate report is written before the alias moves, so a kill in between leaves
+production where it was.
 """
 
 from __future__ import annotations
@@ -18,19 +20,55 @@ from typing import Any
 import polars as pl
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from pydantic import ValidationError
 
 from flows.runtime import link_artifacts
 from schemas import EvalReport
 from tasks.files import write_text_atomic
-from tasks.gate import GateConfig, GateError, gate, markdown
+from tasks.gate import KEY, GateConfig, GateError, gate, markdown, paired
 from tasks.registry import Registry
+from verifiers.common import one_line
+
+ROLLOUT_COLUMNS = (*KEY, "tool", "success", "valid_output", "unsafe", "latency_s")  # what the gate reads
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        e = exc.errors()[0]
+        return f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}"
+    return one_line(exc)
 
 
 def _load_eval(folder: Path, flag: str) -> tuple[EvalReport, pl.DataFrame]:
     report, rollouts = folder / "report.json", folder / "rollouts.parquet"
     if not (report.is_file() and rollouts.is_file()):
         raise GateError(f"{flag} {folder} is not a finished eval (needs report.json and rollouts.parquet from `flywheel eval`)")
-    return EvalReport.model_validate_json(report.read_text(encoding="utf-8")), pl.read_parquet(rollouts)
+    try:
+        parsed = EvalReport.model_validate_json(report.read_bytes())  # bytes: non-UTF-8 is a validation error too
+    except (ValidationError, OSError) as exc:
+        raise GateError(f"{flag} {report} is not a `flywheel eval` report ({_why(exc)}); run `flywheel eval` "
+                        "again") from None
+    try:
+        frame = pl.read_parquet(rollouts)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise GateError(f"{flag} {rollouts} is not a readable parquet file ({_why(exc)}); run `flywheel eval` "
+                        "again") from None
+    missing = [c for c in ROLLOUT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise GateError(f"{flag} {rollouts} has no {', '.join(missing)} column(s): not rollouts of `flywheel eval`; "
+                        "run it again")
+    return parsed, frame
+
+
+def load_evals(baseline_eval: str, candidate_eval: str) -> tuple[EvalReport, pl.DataFrame, EvalReport, pl.DataFrame]:
+    """Both evals, read and checked comparable (same dataset content, split and rollouts), or one GateError."""
+    base_report, base = _load_eval(Path(baseline_eval), "--baseline-eval")
+    cand_report, cand = _load_eval(Path(candidate_eval), "--candidate-eval")
+    if base_report.dataset.get("content_hash") != cand_report.dataset.get("content_hash") \
+            or base_report.split != cand_report.split:
+        raise GateError("the two evals used different datasets or splits: evaluate both on the same version and split")
+    paired(base, cand)  # the same (task, sample, seed) rollouts, or the error says how many differ
+    return base_report, base, cand_report, cand
 
 
 @flow(name="promote", persist_result=True)
@@ -38,10 +76,7 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
                   override: str | None = None) -> dict[str, Any]:
     reg = Registry(registry)
     version = reg.version(ref)
-    base_report, base = _load_eval(Path(baseline_eval), "--baseline-eval")
-    cand_report, cand = _load_eval(Path(candidate_eval), "--candidate-eval")
-    if base_report.dataset["content_hash"] != cand_report.dataset["content_hash"] or base_report.split != cand_report.split:
-        raise GateError("the two evals used different datasets or splits: evaluate both on the same version and split")
+    base_report, base, _, cand = load_evals(baseline_eval, candidate_eval)
     result = gate(base, cand, config)
     names = {"baseline": f"{base_report.model['ref']} ({baseline_eval})", "candidate": f"{version.id} ({candidate_eval})"}
     text = markdown(result, names) + (f"\nOverride: {override}\n" if override and not result.passed else "")

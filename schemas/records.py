@@ -26,6 +26,7 @@ SafetyClass = Literal["read", "write", "destructive"]
 FailureClass = Literal[
     "format_error", "wrong_tool", "wrong_args", "schema_violation", "unsafe_action", "verifier_error"
 ]
+MAX_SEED = 2**32 - 1  # a run seed's bound (configs): numpy's and transformers.set_seed's range
 
 
 def canonical_json(value: Any) -> str:

@@ -3,7 +3,9 @@
 Contract: ``DIR/<name>/<version>/`` appears whole or not at all: files are
 written to a temporary sibling folder, fsynced, then renamed into place. Two
 publishers at once: neither removes the other's temp folder (each holds an
-flock on its own), and the second finds the version published. The version is
+flock on its own from its creation: creating and locking it, and sweeping the
+leftovers of killed runs, happen under an flock on ``DIR/<name>`` itself), and
+the second finds the version published. The version is
 ``v-`` plus the first 12 hex digits of the content hash (sha256 over the train
 and held-out files' hashes), so the same data always lands in the same version
 and republishing it is a no-op. Parquet is written with polars.
@@ -67,17 +69,31 @@ def _abandoned(folder: Path) -> bool:
         os.close(fd)
 
 
+def _locked_temp(root: Path) -> tuple[Path, int]:
+    """A new temp folder in ``root`` and the fd that holds its flock, after sweeping killed runs' leftovers.
+
+    All under an flock on ``root`` itself (no lock file to list beside the versions): a sweep never sees another
+    publisher's folder in the moment between its creation and its flock, when it would look abandoned."""
+    guard = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        for stale in root.glob(".tmp-*"):  # leftovers of a killed run, not a publisher running beside this one
+            if _abandoned(stale):
+                shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the kernel drops it if this process dies: then the folder is a leftover
+        return tmp, lock
+    finally:
+        os.close(guard)
+
+
 def publish(out_dir: Path, name: str, frames: dict[str, pl.DataFrame], manifest_fields: dict[str, Any],
             extra_json: dict[str, Any] | None = None) -> Path:
     """Write frames (train, heldout, rejected) plus manifest.json; return the version folder."""
     root = out_dir / name
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):  # leftovers of a killed run, not a publisher running beside this one
-        if _abandoned(stale):
-            shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(lock, fcntl.LOCK_EX)  # the kernel drops it if this process dies: then the folder is a leftover
+    tmp, lock = _locked_temp(root)
     tmp.chmod(0o755)  # mkdtemp makes it private; a published version is readable like any folder
     try:
         hashes = {}
@@ -110,6 +126,8 @@ def read_manifest(version_dir: Path) -> DatasetManifest:
         raise ValueError(f"{version_dir} is not a published dataset version (no manifest.json)")
     try:
         return DatasetManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:  # else a ValueError about a codec and a byte position, naming no file
+        raise ValueError(f"{path} is not UTF-8 text; republish the version with `flywheel generate`") from None
     except ValidationError as err:
         e = err.errors()[0]
         raise ValueError(f"{path} is not a dataset manifest ({'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}); "

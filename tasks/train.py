@@ -28,13 +28,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas import Task
+from schemas.records import MAX_SEED
 from tasks.agent import openai_tools
 from tasks.files import write_text_atomic
 from tasks.policy import as_text_chat
 from tasks.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 from tasks.validate import reference_completion
 
-MAX_SEED = 2**32 - 1  # transformers.set_seed seeds numpy, whose range this is
 SINGLE_TURN = ("tool_call", "math", "code", "cli")
 
 

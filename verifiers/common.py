@@ -1,4 +1,5 @@
-"""Helpers every verifier shares: TRL's column values to Tasks and texts, and the batch reward loop."""
+"""Helpers every verifier shares: TRL's column values to Tasks and texts, the batch reward loop, and
+:func:`one_line`, the one-line form of an error that the CLI and the resources server both print."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from schemas import Task, Verdict
+
+
+def one_line(exc: BaseException | str, limit: int | None = 200) -> str:
+    """``exc``'s message on one line (whitespace runs collapsed; its type's name when it has none), cut to
+    ``limit`` characters with "..." (None: whole) so a huge message cannot flood a response or a log."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
 def as_task(value: Any) -> Task:

@@ -47,6 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas import Task
+from verifiers.common import one_line
 from verifiers.tool_call import validator_for
 from verifiers.workplace import Session, score_session
 from verifiers.workplace_tools import TOOLS
@@ -80,11 +81,6 @@ class VerifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     session_id: str = Field(min_length=1)
     close: bool = True
-
-
-def one_line(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def json_size(value: Any) -> int:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import polars as pl
@@ -274,3 +277,96 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
         assert code == 1 and _one_error(output) == message, (args, output)
     assert not (tmp_path / "o").exists()
+
+
+def _eval_folder(folder: Path, catalog, good_every: int) -> Path:
+    """A `flywheel eval` OUT folder whose rollouts come from the real verifier (every good_every-th task right)."""
+    from flows.config import EvalConfig
+    from flows.eval import make_report, write_outputs
+    from tasks.metrics import outcome
+    from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
+    from tasks.validate import reference_completion
+    from verifiers import tool_call
+
+    tools, seeds = catalog
+    tasks = [seed_task(s, tools) for s in seeds if s.call][:12]
+    rows = []
+    for ti, sample, seed in plan([t.id for t in tasks], 1, run_seed=0):
+        task = tasks[ti]
+        text = reference_completion(task) if good_every and ti % good_every == 0 else "not a call"
+        verdict = tool_call.verify(task, text)
+        rows.append(_row(task, task.reference.calls[0].tool, sample, seed, text, verdict, 0.5, (90, 12), "stop", 1,
+                         outcome(task.env, verdict, 1.0)))
+    frame = pl.DataFrame(rows, schema=ROLLOUT_SCHEMA)
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{}")  # EvalConfig wants --dataset to look published
+    config = EvalConfig(dataset=str(folder), out=str(folder), bootstrap=100)
+    dataset = {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "path": "ds"}
+    model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
+    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1}, {})
+    write_outputs(folder, report, frame)
+    return folder
+
+
+def _variant(good: Path, folder: Path, edit: Callable[[Path], None]) -> Path:
+    shutil.copytree(good, folder)
+    edit(folder)
+    return folder
+
+
+def _edit_report(**fields: Any) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        report = json.loads((folder / "report.json").read_text())
+        for key, value in fields.items():
+            report[key] = {**report[key], **value} if isinstance(value, dict) else value
+        (folder / "report.json").write_text(json.dumps(report))
+    return edit
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_promote_expected_errors_are_one_line_before_any_flow(tmp_path, catalog) -> None:
+    """Each case used to fail inside the promote flow (Prefect's traceback first) or, a corrupt rollouts file,
+    with polars' own traceback; now it is one line before any flow run, and the registry is untouched."""
+    from tasks.registry import Registry
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")  # all the registry needs to register a version
+    reg_dir = tmp_path / "reg"
+    version = Registry(reg_dir).register(adapter, {"name": "p", "base_model": {}, "dataset": {}, "verifiers": {},
+                                                   "training": {}})
+    base = _eval_folder(tmp_path / "base", catalog, good_every=0)
+    better = _eval_folder(tmp_path / "better", catalog, good_every=2)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    torn = _variant(better, tmp_path / "torn", lambda f: (f / "rollouts.parquet").write_bytes(b"PAR1" + os.urandom(64)))
+    garbled = _variant(better, tmp_path / "garbled", lambda f: (f / "report.json").write_bytes(b"\xff{"))
+    other_data = _variant(better, tmp_path / "other_data", _edit_report(dataset={"content_hash": "d" * 64}))
+    other_split = _variant(better, tmp_path / "other_split", _edit_report(split="train"))
+    fewer = _variant(better, tmp_path / "fewer", lambda f: pl.read_parquet(f / "rollouts.parquet").head(5)
+                     .write_parquet(f / "rollouts.parquet"))
+    columns = _variant(better, tmp_path / "columns", lambda f: pl.read_parquet(f / "rollouts.parquet")
+                       .drop("latency_s").write_parquet(f / "rollouts.parquet"))
+    different = "error: the two evals used different datasets or splits: evaluate both on the same version and split"
+    cases = [(["--version", "mv-nope"], better, f"error: no version or alias 'mv-nope' in {reg_dir}; known: "),
+             ([], empty, f"error: --candidate-eval {empty} is not a finished eval (needs report.json and "
+                         "rollouts.parquet from `flywheel eval`)"),
+             ([], torn, f"error: --candidate-eval {torn / 'rollouts.parquet'} is not a readable parquet file ("),
+             ([], garbled, f"error: --candidate-eval {garbled / 'report.json'} is not a `flywheel eval` report ("),
+             ([], columns, f"error: --candidate-eval {columns / 'rollouts.parquet'} has no latency_s column(s): not "
+                           "rollouts of `flywheel eval`; run it again"),
+             ([], other_data, different),
+             ([], other_split, different),
+             ([], fewer, "error: baseline and candidate were evaluated on different rollouts (7 (task, sample, seed) "
+                         "differ)")]
+    before = _tree(reg_dir)
+    args = ["promote", "--registry", str(reg_dir), "--baseline-eval", str(base), "--candidate-eval"]
+    code, output = _run(*args, str(better), "--version", "mv-nope", timeout=120)  # the real entry point, no API
+    assert code == 1 and _one_error(output).startswith(cases[0][2]), output
+    for extra, candidate, message in cases:
+        code, output = _invoke(*args, str(candidate), *extra)
+        assert code == 1 and _one_error(output).startswith(message), (candidate, output)
+    assert _tree(reg_dir) == before and Registry(reg_dir).aliases() == {"candidate": version.id}
