@@ -18,7 +18,8 @@ Contract:
   {type, errno, message}; reward 0), syntax_error, timeout (CPU
   or wall clock), resource_limit (memory, file size, process count, leftover processes, output flood),
   runtime_error (exceptions, early exit), test_failure; None at reward 1.0. A sandbox that cannot start (the
-  harness never said hello) gives valid=False (verifier_error), never reward 0.
+  harness never said hello, or this host's hard limits are below the sandbox's) gives valid=False (verifier_error),
+  never reward 0.
 - The task needs ``reference.entry_point`` and ``reference.tests``; ``reference.answer`` is a reference solution.
 """
 
