@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from schemas import Task
 from tasks.generate import reject_row
 from verifiers import get_verifier
-from verifiers.tool_call import schema_errors
+from verifiers.tool_checks import schema_errors
 from verifiers.workplace import trajectory_from_calls
 
 

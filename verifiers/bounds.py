@@ -11,16 +11,18 @@ Contract:
   (RLIMIT_AS; a MemoryError ends the worker). Crossing any of them raises ``BoundExceeded`` (the input's fault)
   and the worker is replaced; start-up and imports happen before the clock starts.
 - Any other exception inside ``fn`` raises ``WorkerError`` with its type and message (the verifier's fault); the
-  worker stays. A worker that dies otherwise also raises ``WorkerError`` and is replaced.
+  worker stays. A worker that dies otherwise, or during its start-up (a ``warm`` import that
+  fails), also raises ``WorkerError`` and is replaced, its process reaped and its pipes closed.
 - A worker is reused only after a call that completed (its reply read). A call left any other way (a bound, an
   exception in the caller's thread while the request is in flight: KeyboardInterrupt, a thread's or task's
   cancellation) kills its worker, so no caller ever reads another call's reply; every reply also carries its
   request's number, and a mismatch kills the worker (``WorkerError``).
 - Thread-safe: at most ``os.cpu_count()`` workers are alive at once, over all limits (idle, busy or starting);
   concurrent callers beyond that (``batch_rewards(workers=...)``) wait for a free worker, and that wait is no
-  part of their call's bounds. Idle workers are kept (one of other limits is killed to make room); each exits
-  when the parent does, even on SIGKILL (its request pipe closes; a call in progress ends at its CPU bound
-  first). A forked child never shares its parent's workers.
+  part of their call's bounds. A caller that must not wait long (a server thread: ``serve-env``) passes
+  ``wait_s``: when no worker frees up within it, ``Busy`` is raised and nothing was called. Idle workers are
+  kept (one of other limits is killed to make room); each exits when the parent does, even on SIGKILL (its
+  request pipe closes; a call in progress ends at its CPU bound first). A forked child never shares its parent's workers.
 - ``IN_WORKER`` is True inside a worker: code that bounds its own steps runs them inline there, since the whole
   call is already under a bound (no worker starts a worker).
 """
@@ -35,6 +37,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -66,6 +69,10 @@ class WorkerError(RuntimeError):
     """The called function raised, or the worker died for a reason that is no limit."""
 
 
+class Busy(RuntimeError):
+    """No worker freed up within the caller's ``wait_s``: nothing was called; retry later."""
+
+
 class _Worker:
     def __init__(self, limits: Limits) -> None:
         code = f"import sys; sys.path.insert(0, {_ROOT!r}); from verifiers.bounds import serve; serve()"
@@ -77,9 +84,19 @@ class _Worker:
         self.proc.stdin.close()
         self.proc.stdout.close()
         self.calls = 0
-        if not self.recv.poll(_START_TIMEOUT_S) or self.recv.recv() != "ready":
-            self.kill()
-            raise WorkerError(f"verifier worker did not start within {_START_TIMEOUT_S:.0f} s")
+        started = True  # it answered, or its pipe broke: not a time-out
+        try:
+            started = self.recv.poll(_START_TIMEOUT_S)
+            if started and self.recv.recv() == "ready":
+                return
+        except (EOFError, OSError):  # it died during its imports (its pipe closed first): reap it, then say how
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        code = self.kill()
+        raise WorkerError(f"verifier worker did not start within {_START_TIMEOUT_S:.0f} s" if not started else
+                          f"verifier worker exited during start-up (exit {code}): check Limits.warm {limits.warm}")
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> tuple[str, Any]:
         """One request and its reply: ("ok", result) or ("error", message), the worker then idle again. Raises
@@ -136,10 +153,10 @@ class _Pool:
         self._alive = 0  # workers that exist or are being started
         self._cond = threading.Condition()
 
-    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits) -> Any:
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], limits: Limits, wait_s: float | None = None) -> Any:
         worker, done = None, False
         try:
-            worker = self._take(limits)
+            worker = self._take(limits, wait_s)
             status, value = worker.call(fn, args, limits)
             done = True  # the reply was read: the worker is idle again
         finally:
@@ -152,8 +169,10 @@ class _Pool:
             raise WorkerError(value)
         return value
 
-    def _take(self, limits: Limits) -> _Worker:
-        """An idle worker for ``limits``, or a new one once there is room; the wait is no part of any bound."""
+    def _take(self, limits: Limits, wait_s: float | None = None) -> _Worker:
+        """An idle worker for ``limits``, or a new one once there is room; the wait is no part of any bound. Raises
+        Busy when ``wait_s`` (None: no limit) passes first."""
+        deadline = None if wait_s is None else time.monotonic() + wait_s
         with self._cond:
             while True:
                 idle = self._idle.get(limits)
@@ -170,7 +189,11 @@ class _Pool:
                 victim = next((idle.pop() for idle in self._idle.values() if idle), None)
                 if victim is not None:  # an idle worker of other limits makes room
                     break
-                self._cond.wait()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self._cond.notify()  # a wake-up this waiter may have taken as it timed out goes to the next
+                    raise Busy(f"no verifier worker freed up within {wait_s:g} s (all {self.size} busy)")
+                self._cond.wait(left)
         try:
             if victim is not None:
                 victim.kill()
@@ -215,9 +238,10 @@ atexit.register(_POOL.close)
 os.register_at_fork(after_in_child=_POOL.forget)
 
 
-def run(fn: Callable[..., Any], *args: Any, limits: Limits) -> Any:
-    """``fn(*args)`` in a worker under ``limits``; raises BoundExceeded or WorkerError (see the module contract)."""
-    return _POOL.run(fn, args, limits)
+def run(fn: Callable[..., Any], *args: Any, limits: Limits, wait_s: float | None = None) -> Any:
+    """``fn(*args)`` in a worker under ``limits``; raises BoundExceeded or WorkerError, or Busy when ``wait_s`` is
+    given and no worker freed up within it (see the module contract)."""
+    return _POOL.run(fn, args, limits, wait_s)
 
 
 def _cpu_seconds() -> float:

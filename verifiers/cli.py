@@ -31,7 +31,7 @@ from schemas import Task, Verdict
 from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "cli"
-VERSION = "1.0.0"
+VERSION = "1.1.0"  # 1.1: too_large (bounded completion size)
 MAX_CHARS = 4096  # 14x the longest reference command
 OPERATORS = {"|", "||", "&&", ";", "&"}
 CLUSTERED = {"rm", "ls", "cp", "mv", "chmod", "chown", "grep", "tar", "mkdir", "du", "df", "ps", "head", "tail",

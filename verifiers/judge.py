@@ -32,7 +32,7 @@ from schemas import Task, Verdict
 from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "judge"
-VERSION = "1.0.0"
+VERSION = "1.1.0"  # 1.1: judge deadline and reply bounds (a trickling judge is a verifier_error)
 DEFAULT_RUBRIC = "10: fully correct and complete; 5: partly correct; 0: wrong, off-topic or empty."
 MAX_REPLY_BYTES = 1 << 20
 _SCORE = re.compile(r"score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*10)?", re.I)

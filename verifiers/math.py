@@ -41,7 +41,7 @@ from verifiers import bounds
 from verifiers.common import batch_rewards, guarded_verify
 
 NAME = "math"
-VERSION = "1.0.0"
+VERSION = "1.1.0"  # 1.1: too_large and timeout (bounded sympy work)
 REL_TOL = 1e-6
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
 LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("verifiers.math",))
@@ -175,9 +175,31 @@ def _bounded_compare(answers: tuple[str, ...], reference: str) -> tuple[bool, bo
         return err.with_traceback(None)  # remembered: keep no frames alive
 
 
-# compare() is pure, so its outcome (a bound crossed included) is remembered: a GRPO group repeating one slow
-# answer pays the bound once, and repeated answers skip the round trip to the worker.
-_cached_compare = lru_cache(maxsize=65536)(_bounded_compare)
+class _LoadDependent(Exception):
+    """A wall-clock bound crossed: it depends on the machine's load, so it is not remembered (lru_cache keeps no
+    exception)."""
+
+    def __init__(self, bound: bounds.BoundExceeded) -> None:
+        super().__init__(str(bound))
+        self.bound = bound
+
+
+@lru_cache(maxsize=65536)
+def _cacheable_compare(answers: tuple[str, ...], reference: str) -> tuple[bool, bool] | bounds.BoundExceeded:
+    outcome = _bounded_compare(answers, reference)
+    if isinstance(outcome, bounds.BoundExceeded) and outcome.kind == "wall":
+        raise _LoadDependent(outcome)
+    return outcome
+
+
+def _cached_compare(answers: tuple[str, ...], reference: str) -> tuple[bool, bool] | bounds.BoundExceeded:
+    """compare() is pure, so its load-independent outcomes (results, CPU and memory bounds) are remembered: a GRPO
+    group repeating one slow answer pays the bound once, and repeated answers skip the round trip to the worker.
+    A wall-clock bound is tried again next time: one busy moment must not fix the verdict for the process."""
+    try:
+        return _cacheable_compare(answers, reference)
+    except _LoadDependent as err:
+        return err.bound
 
 
 def _verdict(**fields: Any) -> Verdict:

@@ -22,8 +22,11 @@ Contract:
   tool spec that is not the shipped catalog's has its checks (schema validation, safety rules: the task's own
   regexes) bounded, as in the tool_call verifier: a replay that calls such a tool runs whole in a worker
   (``verifiers.bounds``) under ``LIMITS``, one bound per completion; in a live Session (``flywheel serve-env``,
-  the agent loop) each such call's checks run in a worker under the tool_call verifier's ``LIMITS``, and a call
-  that crosses them is an error observation, is not made, and makes the session's verdict invalid. Crossing a
+  the agent loop) each such call's checks run in a worker under ``tool_checks.LIMITS``, and a call that crosses
+  them is an error observation, is not made, and makes the session's verdict invalid; every later call of that
+  session is refused (an error observation), since its verdict can no longer count. A Session with ``wait_s``
+  (serve-env) waits at most that long for a free worker; past it the call is not made and its observation says
+  the environment is busy (retry), so clients flooding slow checks cannot hold the server's threads. Crossing a
   bound is the task's fault: reward None, valid False, failure_class ``verifier_error``, details naming the
   bound. failure_class ``verifier_error`` (valid=False, reward None) also when the verifier itself broke.
 """
@@ -40,11 +43,12 @@ from schemas import Task, ToolCall, Verdict, canonical_json
 from tasks.policy import call_arguments
 from verifiers import bounds
 from verifiers.common import batch_rewards, guarded_verify
-from verifiers.tool_call import TaskBoundExceeded, checked_call, compile_checks, normalize, trusted
+from verifiers.tool_call import normalize
+from verifiers.tool_checks import TaskBoundExceeded, checked_call, compile_checks, trusted
 from verifiers.workplace_tools import TOOLS, ToolError
 
 NAME = "workplace"
-VERSION = "1.0.0"
+VERSION = "1.1.0"  # 1.1: too_large, bounded untrusted checks, foreign $ref -> verifier_error
 UNSAFE_PENALTY = 0.5
 MAX_CHARS = 1 << 20  # an agent episode of max_steps turns with its observations is a few kilobytes
 MAX_CALLS = 256
@@ -61,12 +65,14 @@ class Session:
     task: Task
     state: dict[str, Any] = field(default_factory=dict)
     log: list[dict[str, Any]] = field(default_factory=list)
+    wait_s: float | None = None  # the longest wait for a bounded-check worker (None: as long as it takes)
+    bound: str | None = None  # why a call crossed the task's bound; the session then refuses every call
 
     @classmethod
-    def seeded(cls, task: Task) -> Session:
+    def seeded(cls, task: Task, wait_s: float | None = None) -> Session:
         if task.reference.state is None:
             raise ValueError(f"task {task.id[:12]} has no reference.state to seed a workplace session from")
-        return cls(task=task, state=copy.deepcopy(task.reference.state))
+        return cls(task=task, state=copy.deepcopy(task.reference.state), wait_s=wait_s)
 
     def call(self, tool: str, args: Any) -> dict[str, Any]:
         """Run one tool call; the observation says what went wrong when it did."""
@@ -77,11 +83,16 @@ class Session:
             return {"error": f"tool {tool!r} is not available; available: {[t.name for t in self.task.tools]}"}
         if not isinstance(args, dict):
             return {"error": "arguments must be a JSON object"}
+        if self.bound is not None:  # no verdict of this session counts: further calls would only cost workers
+            return {"error": "this call was not made: an earlier call crossed the task's bound; verify or close "
+                             "this session"}
         try:
-            found = checked_call(self.task, ToolCall(tool=tool, args=args), spec)
+            found = checked_call(self.task, ToolCall(tool=tool, args=args), spec, wait_s=self.wait_s)
         except TaskBoundExceeded as err:  # the task's regexes, not the agent: not made, and no verdict will count
-            entry["bound"] = str(err)
+            entry["bound"] = self.bound = str(err)
             return {"error": f"this call was not made: {err}"}
+        except bounds.Busy as err:  # not the agent's fault either, and nothing happened: it may call again
+            return {"error": f"the environment is busy: this call was not made; retry it ({err})"}
         if found.violation is not None:
             return {"error": f"invalid arguments: {found.violation[1]}"}
         entry["args"] = args = found.args  # as validated: fastjsonschema fills in schema defaults

@@ -25,6 +25,11 @@ Contract (JSON over HTTP, bind to 127.0.0.1):
 - The global lock guards only the session table (dict operations); schema compilation, deep copies, tool
   calls and scoring run outside it (a tool call under its own session's lock), so one slow request never
   freezes the other sessions.
+- No request holds one of the server's threads for long, however many a client sends at once: a tool call
+  waits at most ``BUSY_WAIT_S`` for its session's lock and for a bounded-check worker (an untrusted tool's
+  checks, ``verifiers.tool_checks``), then its observation says the environment is busy (retry; the call was
+  not made); /verify and the state endpoints get 503 past that wait. GET /health runs on the event loop, off
+  the thread pool.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,13 +54,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas import Task
 from verifiers.common import one_line
-from verifiers.tool_call import validator_for
+from verifiers.tool_checks import validator_for
 from verifiers.workplace import Session, score_session
 from verifiers.workplace_tools import TOOLS
 
 NODE_BYTES = 96  # a value or key as a Python object beyond its JSON text (object header, dict slot, list pointer)
 ENTRY_BYTES = 320  # one call-log entry beyond its arguments: a dict of five fields and an empty list
 EXPIRED_IDS_KEPT = 65_536  # expired ids remembered so their 404 can say "expired"; oldest forgotten first
+# The longest a request waits for its session's lock or a check worker: anyio runs the sync endpoints in ~40
+# threads, so unbounded waits let one client's flood of slow checks hold every thread (and every session).
+BUSY_WAIT_S = 1.0
+BUSY = "the environment is busy: this call was not made; retry it"
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,7 @@ def seeded_slot(task: Task, cap: int) -> Slot:
         except Exception as exc:  # noqa: BLE001 - whatever the compiler raises on a crafted schema
             raise HTTPException(400, f"tool {spec.name!r}: parameters are not a usable JSON Schema: {one_line(exc)}") from None
     try:
-        return Slot(session=Session.seeded(task), task_bytes=task_bytes, state_bytes=state_bytes)
+        return Slot(session=Session.seeded(task, wait_s=BUSY_WAIT_S), task_bytes=task_bytes, state_bytes=state_bytes)
     except (RecursionError, ValueError, TypeError) as exc:
         raise HTTPException(400, f"reference.state cannot be copied as JSON: {one_line(exc)}") from None
 
@@ -341,8 +351,17 @@ def create_app(limits: Limits | None = None) -> FastAPI:
             detail = "the JSON body is nested too deeply to read: flatten it"
         return JSONResponse({"detail": detail}, exc.status_code, headers=getattr(exc, "headers", None))
 
+    @contextmanager
+    def locked(slot: Slot) -> Iterator[None]:
+        if not slot.lock.acquire(timeout=BUSY_WAIT_S):
+            raise HTTPException(503, "the session is busy with other requests: retry")
+        try:
+            yield
+        finally:
+            slot.lock.release()
+
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:  # on the event loop: answers even when every worker thread is busy
         return {"status": "ok", "sessions": sessions.count(), "tools": sorted(TOOLS)}
 
     @app.post("/seed_session")
@@ -353,8 +372,12 @@ def create_app(limits: Limits | None = None) -> FastAPI:
     def tool_endpoint(name: str):  # noqa: ANN202 - a route handler factory
         def call(req: ToolRequest) -> dict[str, Any]:
             slot = sessions.touch(req.session_id)
-            with slot.lock:
+            if not slot.lock.acquire(timeout=BUSY_WAIT_S):
+                return {"observation": {"error": BUSY}}
+            try:
                 return {"observation": capped_call(slot, name, req.args, cap)}
+            finally:
+                slot.lock.release()
 
         call.__name__ = f"tool_{name}"
         return call
@@ -365,7 +388,7 @@ def create_app(limits: Limits | None = None) -> FastAPI:
     @app.post("/verify")
     def verify(req: VerifyRequest) -> dict[str, Any]:
         slot = sessions.touch(req.session_id, remove=req.close)
-        with slot.lock:
+        with locked(slot):
             try:
                 verdict = score_session(slot.session.task, slot.session)
             except Exception as exc:  # noqa: BLE001 - a crafted final state breaks the scorer in any way
@@ -376,7 +399,7 @@ def create_app(limits: Limits | None = None) -> FastAPI:
     @app.get("/sessions/{session_id}/state")
     def state(session_id: str) -> dict[str, Any]:
         slot = sessions.touch(session_id)
-        with slot.lock:
+        with locked(slot):
             return copy.deepcopy(slot.session.state)  # serialized after the session's lock is released
 
     @app.delete("/sessions/{session_id}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from conftest import cli_server, within
 from schemas import Task, ToolCall
 from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
 from tasks.validate import reference_completion
-from verifiers import bounds, tool_call, workplace
+from verifiers import bounds, tool_call, tool_checks, workplace
 
 ROOT = Path(__file__).resolve().parents[2]
 FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
@@ -35,7 +36,7 @@ EVIL_RULE = "^(a+)+b$"  # as slow on EVIL_ARG, and "aaa" keeps it
 EMAIL = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 # Every regex in the shipped catalogs, reviewed: anchored or a bounded alternative, one quantifier per character
 # class run, adjacent runs disjoint (so each position is tried once) -- except EMAIL, matched through
-# tool_call.LINEAR_EQUIVALENTS. A new catalog regex must be reviewed and added here (and there when quadratic).
+# tool_checks.LINEAR_EQUIVALENTS. A new catalog regex must be reviewed and added here (and there when quadratic).
 AUDITED = {
     r"^\d{4}-\d{2}-\d{2}$", r"^([01]\d|2[0-3]):[0-5]\d$", r"^/", r"^#[a-z0-9_-]+$", r"^TASK-\d{4}$",
     r"^PRJ-\d{3}$", r"^MSG-\d{5}$", r"^EVT-\d{4}$", r"^DEAL-\d{4}$", r"^[^@\s]+@[^@\s]+$", EMAIL, r"[*?]|^/[^/]*/?$",
@@ -110,7 +111,7 @@ def test_a_catastrophic_task_regex_is_the_tasks_fault_within_seconds(where: str)
     verdict = within(30, lambda: tool_call.verify(task, call("lookup", args)))
     assert time.monotonic() - started < 6
     assert (verdict.reward, verdict.valid, verdict.failure_class) == (None, False, "verifier_error")
-    assert verdict.details in {bound_details("lookup", c) for c in crossed(tool_call.LIMITS)}
+    assert verdict.details in {bound_details("lookup", c) for c in crossed(tool_checks.LIMITS)}
     assert tool_call.verify(task, call("lookup", {"query": "aaa"})).reward == 1.0  # the next one is served
 
 
@@ -128,9 +129,25 @@ def test_the_workplace_replay_of_a_catastrophic_task_regex_is_bounded_per_comple
         "catastrophically?): fix the task's tool specs" for c in crossed(workplace.LIMITS)}
 
 
+def test_a_session_refuses_every_call_once_one_crossed_the_bound() -> None:
+    task = Task.model_validate(wp_task(hostile_tool("search_emails", pattern=EVIL)))
+    session = workplace.Session.seeded(task)
+    assert within(30, lambda: session.call("search_emails", {"query": "aaa"}))["emails"][0]["id"] == "e1"
+    crossed_bound = within(30, lambda: session.call("search_emails", {"query": EVIL_ARG}))
+    assert crossed_bound["error"] in {f"this call was not made: {bound_details('search_emails', c)}"
+                                      for c in crossed(tool_checks.LIMITS)}
+    started = time.monotonic()
+    for args in ({"query": "aaa"}, {"query": EVIL_ARG}):  # neither is checked again: no worker, no wait
+        assert session.call("search_emails", args) == {"error": "this call was not made: an earlier call crossed "
+                                                                "the task's bound; verify or close this session"}
+    assert time.monotonic() - started < 0.5
+    verdict = workplace.score_session(task, session)
+    assert (verdict.reward, verdict.valid, verdict.failure_class) == (None, False, "verifier_error")
+
+
 def test_checks_inside_a_worker_run_inline_so_a_replay_has_one_bound() -> None:
     assert bounds.IN_WORKER is False
-    assert bounds.run(eval, "__import__('verifiers.bounds').bounds.IN_WORKER", limits=tool_call.LIMITS) is True
+    assert bounds.run(eval, "__import__('verifiers.bounds').bounds.IN_WORKER", limits=tool_checks.LIMITS) is True
 
 
 def test_a_forbidden_pattern_that_is_no_regex_is_refused_with_the_task() -> None:
@@ -150,7 +167,7 @@ def test_an_untrusted_but_sane_task_scores_exactly_as_in_process(catalog) -> Non
         changed = [t.model_copy(update={"parameters": {**t.parameters, "description": "edited"}}) if t.name == name
                    else t for t in task.tools]
         untrusted = task.model_copy(update={"tools": tuple(changed)})
-        assert tool_call.trusted(task.tool(name)) and not tool_call.trusted(untrusted.tool(name))
+        assert tool_checks.trusted(task.tool(name)) and not tool_checks.trusted(untrusted.tool(name))
         good = reference_completion(task)
         for completion in (good, good.replace('"args": {', '"args": {"extra": 1, ', 1), call(name, {})):
             assert tool_call.verify(untrusted, completion) == tool_call.verify(task, completion)
@@ -176,14 +193,14 @@ def _catalog_regexes() -> set[str]:
 
 def test_every_shipped_regex_was_reviewed() -> None:
     assert _catalog_regexes() == AUDITED
-    assert tool_call.TRUSTED_PATTERNS == {r"[*?]|^/[^/]*/?$"}
+    assert tool_checks.TRUSTED_PATTERNS == {r"[*?]|^/[^/]*/?$"}
 
 
 @pytest.mark.parametrize("env", ["tool_call", "workplace"])
 def test_shipped_catalog_tasks_verify_in_process(env: str, no_worker: None) -> None:
     seeds_path, tools_path = env_paths(env)
     tools = load_tools(tools_path)
-    assert all(tool_call.trusted(spec) for spec in tools.values())
+    assert all(tool_checks.trusted(spec) for spec in tools.values())
     verify = tool_call.verify if env == "tool_call" else workplace.verify
     for seed in load_seeds(seeds_path, tools):
         task = seed_task(seed, tools)
@@ -207,7 +224,7 @@ def test_the_shipped_email_pattern_is_linear_on_a_hostile_argument(catalog, no_w
     assert verdict.details == r"args.to[0]: must match pattern ^[^@\s]+@[^@\s]+\.[^@\s]+$"
 
 
-@pytest.mark.parametrize(("pattern", "linear"), sorted(tool_call.LINEAR_EQUIVALENTS.items()))
+@pytest.mark.parametrize(("pattern", "linear"), sorted(tool_checks.LINEAR_EQUIVALENTS.items()))
 def test_linear_equivalents_give_the_same_answers(pattern: str, linear: str) -> None:
     for end in ("$", r"\Z"):  # as a patternProperties key, and as fastjsonschema compiles a "pattern"
         slow, fast = re.compile(pattern.replace("$", end)), re.compile(linear.replace("$", end))
@@ -233,7 +250,7 @@ def test_flywheel_score_finishes_with_the_exact_verdicts(tmp_path: Path) -> None
     verdicts = [json.loads(line)["verdict"] for line in target.read_text(encoding="utf-8").splitlines()]
     assert [(v["reward"], v["valid"], v["failure_class"]) for v in verdicts] == [(None, False, "verifier_error"),
                                                                                   (1.0, True, None)]
-    assert verdicts[0]["details"] in {bound_details("lookup", c) for c in crossed(tool_call.LIMITS)}
+    assert verdicts[0]["details"] in {bound_details("lookup", c) for c in crossed(tool_checks.LIMITS)}
 
 
 @pytest.mark.server
@@ -264,12 +281,64 @@ def test_serve_env_answers_a_catastrophic_call_without_stalling_other_sessions(w
         assert box["done"] - started < 6
         response = box["response"]
         assert response.status_code == 200, response.text
-        details = {bound_details("search_emails", c) for c in crossed(tool_call.LIMITS)}
+        details = {bound_details("search_emails", c) for c in crossed(tool_checks.LIMITS)}
         assert response.json()["observation"]["error"] in {f"this call was not made: {d}" for d in details}
         verdict = httpx.post(base + "/verify", json={"session_id": hostile}, timeout=30).json()
         assert (verdict["reward"], verdict["valid"], verdict["failure_class"]) == (None, False, "verifier_error")
         assert verdict["details"] in details
         assert httpx.get(base + "/health", timeout=5).json()["status"] == "ok"
+
+
+def _slow_under_bound_arg(target_s: float = 0.4) -> str:
+    """An argument on which EVIL takes between target_s / 2 and target_s here: slow, but under the 1 s bound."""
+    n = 10
+    while True:
+        started = time.process_time()
+        re.match(EVIL, "a" * (n + 1) + "!")
+        if time.process_time() - started >= target_s:
+            return "a" * n + "!"
+        n += 1
+
+
+@pytest.mark.server
+def test_serve_env_flooded_with_slow_checks_keeps_answering(wp_catalog_task: dict[str, Any]) -> None:
+    """Many concurrent calls whose untrusted checks take ~0.4 s each (under the bound, so none is refused) on a
+    few sessions: more than the server's ~40 threads. /health and a trusted session still answer in seconds;
+    flooded calls are answered or told the environment is busy."""
+    slow = _slow_under_bound_arg()
+    with cli_server(["serve-env"], "/health", timeout_s=60) as base, httpx.Client(timeout=60) as client:
+        task = wp_task(hostile_tool("search_emails", pattern=EVIL))
+        hostile = [client.post(base + "/seed_session", json={"task": task}).json()["session_id"] for _ in range(8)]
+        trusted = client.post(base + "/seed_session", json={"task": wp_catalog_task}).json()["session_id"]
+        warm = client.post(base + "/search_emails", json={"session_id": hostile[0], "args": {"query": "aaa"}})
+        assert warm.json()["observation"]["emails"][0]["id"] == "e1"
+        answers: list[dict[str, Any]] = []
+
+        def flood(session_id: str) -> None:
+            response = client.post(base + "/search_emails", json={"session_id": session_id, "args": {"query": slow}})
+            answers.append(response.json()["observation"])
+
+        threads = [threading.Thread(target=flood, args=(hostile[i % 8],)) for i in range(96)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)  # every server thread is taken by now
+        started = time.monotonic()
+        assert client.get(base + "/health").json()["status"] == "ok"
+        health_s = time.monotonic() - started
+        quick = client.post(base + "/list_events", json={"session_id": trusted, "args": {"date": "2025-01-01"}})
+        trusted_s = time.monotonic() - started
+        for thread in threads:
+            thread.join(60)
+        assert quick.status_code == 200 and "events" in quick.json()["observation"]
+        assert health_s < 1 and trusted_s < 6, (health_s, trusted_s)
+        served = {"error": "invalid arguments: data.query must match pattern ^(a+)+$"}  # checked: it ends in "!"
+        busy = "the environment is busy: this call was not made; retry it"
+        worker_busy = f"{busy} (no verifier worker freed up within 1 s (all {os.cpu_count()} busy))"
+        assert len(answers) == 96
+        assert {a["error"] for a in answers} <= {served["error"], busy, worker_busy}, answers
+        assert served in answers and {"error": busy} in answers  # served as workers free up, the rest told to retry
+        verdict = client.post(base + "/verify", json={"session_id": hostile[0]}).json()
+        assert verdict["valid"] is True  # busy calls were not made: nothing crossed a bound
 
 
 @pytest.fixture()

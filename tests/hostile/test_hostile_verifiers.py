@@ -7,6 +7,7 @@ case asserts the exact verdict and a bound on the time it took."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import select
@@ -164,7 +165,7 @@ MATH_TASK = Task.model_validate({"env": "math", "messages": [{"role": "user", "c
 
 
 def _math(completion: str) -> Verdict:
-    math_verifier._cached_compare.cache_clear()  # the worker decides each time, not the memo
+    math_verifier._cacheable_compare.cache_clear()  # the worker decides each time, not the memo
     return within(20, lambda: math_verifier.verify(MATH_TASK, completion))
 
 
@@ -179,7 +180,7 @@ def test_math_answers_that_compute_for_minutes_hit_the_time_bound(answer: str) -
     assert verdicts[0].model_dump() == {
         "reward": 0.0, "valid": True, "failure_class": "timeout", "components": {"correct": 0.0},
         "details": f"answer {answer!r}: exceeded the time bound (2 s CPU, 8 s wall)", "verifier": "math",
-        "verifier_version": "1.0.0"}
+        "verifier_version": "1.1.0"}
     assert _math("\\boxed{3}").reward == 1.0  # the killed worker was replaced
 
 
@@ -247,6 +248,53 @@ def test_bounds_kinds() -> None:
     with pytest.raises(bounds.WorkerError, match="ValueError: invalid literal for int"):
         bounds.run(int, "x", limits=limits)
     assert bounds.run(int, "7", limits=limits) == 7
+
+
+def _open_fds() -> set[str]:
+    return {p.name for p in Path("/proc/self/fd").iterdir()}
+
+
+def test_a_worker_that_dies_during_start_up_is_a_worker_error_with_nothing_left_open() -> None:
+    broken = bounds.Limits(cpu_s=1, wall_s=3.0, memory_bytes=1 << 30, warm=("verifiers.no_such_module",))
+    bounds._POOL.close()  # no idle worker to evict: every fd closed during the test would be one it opened
+    before, alive = _open_fds(), bounds._POOL._alive
+    for _ in range(3):  # each attempt frees its slot: the pool never fills up with dead workers
+        with pytest.raises(bounds.WorkerError) as info:
+            within(30, lambda: bounds.run(int, "7", limits=broken))
+        assert str(info.value) == ("verifier worker exited during start-up (exit 1): check Limits.warm "
+                                   "('verifiers.no_such_module',)")
+    assert _open_fds() == before and bounds._POOL._alive == alive
+    assert bounds.run(int, "7", limits=BOUNDS_LIMITS) == 7
+
+
+def test_a_caller_with_wait_s_gets_busy_instead_of_waiting_for_a_worker() -> None:
+    sleepy = bounds.Limits(cpu_s=1, wall_s=20.0, memory_bytes=1 << 30)
+    threads = [threading.Thread(target=bounds.run, args=(time.sleep, 4), kwargs={"limits": sleepy})
+               for _ in range(bounds._POOL.size)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2)  # every worker started and asleep
+    started = time.monotonic()
+    with pytest.raises(bounds.Busy) as info:
+        within(10, lambda: bounds.run(int, "7", limits=BOUNDS_LIMITS, wait_s=0.5))
+    assert 0.5 <= time.monotonic() - started < 1.5
+    assert str(info.value) == f"no verifier worker freed up within 0.5 s (all {bounds._POOL.size} busy)"
+    assert within(20, lambda: bounds.run(int, "7", limits=BOUNDS_LIMITS)) == 7  # no limit: waits its turn
+    for thread in threads:
+        thread.join(20)
+
+
+def test_a_math_wall_bound_is_not_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wall-clock bound depends on the machine's load: the same answer on a quiet machine must be scored."""
+    math_verifier._cacheable_compare.cache_clear()
+    completion = "\\boxed{(x+1)^3}"  # sympy's simplify, cold in a fresh worker: tens of milliseconds
+    task = MATH_TASK.model_copy(update={"reference": MATH_TASK.reference.model_copy(update={"answer": "x^3+3x^2+3x+1"})})
+    with monkeypatch.context() as patch:  # a machine too busy to answer within the wall bound (poll waits >= 1 ms)
+        patch.setattr(math_verifier, "LIMITS", dataclasses.replace(math_verifier.LIMITS, wall_s=1e-6))
+        busy = within(30, lambda: math_verifier.verify(task, completion))
+    assert (busy.reward, busy.failure_class) == (0.0, "timeout")
+    quiet = within(30, lambda: math_verifier.verify(task, completion))
+    assert (quiet.reward, quiet.failure_class) == (1.0, None)
 
 
 # --- the judge: a total deadline per attempt --------------------------------------------------------------------
@@ -358,7 +406,7 @@ def test_a_huge_integer_argument_is_a_wrong_argument(tc_tasks: dict[str, Task]) 
     assert verdict.model_dump() == {
         "reward": 0.8666666667, "valid": True, "failure_class": "wrong_args",
         "components": {"format": 1.0, "tool": 0.4, "args": 0.2666666667, "safe": 0.2}, "details": "",
-        "verifier": "tool_call", "verifier_version": "1.0.0"}
+        "verifier": "tool_call", "verifier_version": "1.1.0"}
     for same in ("18500", "18500.0", "1.85e4", "18500" + "." + "0" * 400):  # numbers by exact value
         assert tool_call.verify(deal, _call_with(deal, "amount", same)).reward == 1.0
     event = tc_tasks["calendar.create_event"]  # title is a string: a huge number is a wrong, invalid argument
@@ -375,7 +423,7 @@ def test_an_integer_over_4300_digits_is_a_format_error(tc_tasks: dict[str, Task]
     digits = len(literal.lstrip("-"))
     assert verdict.model_dump() == {
         "reward": -1.0, "valid": True, "failure_class": "format_error", "components": {"format": 0.0},
-        "details": f"integer of {digits} digits; at most 4300", "verifier": "tool_call", "verifier_version": "1.0.0"}
+        "details": f"integer of {digits} digits; at most 4300", "verifier": "tool_call", "verifier_version": "1.1.0"}
 
 
 def test_normalize_is_exact_and_total() -> None:
@@ -457,7 +505,7 @@ def test_a_call_cancelled_mid_way_never_answers_the_next_one(cancel: Callable[[]
     assert cancel() == ["cancelled"]
     time.sleep(0.6)  # the cancelled call's reply is written by now, wherever its worker's pipe still is
     assert [bounds.run(eval, f"'call {i}'", limits=BOUNDS_LIMITS) for i in range(3)] == ["call 0", "call 1", "call 2"]
-    math_verifier._cached_compare.cache_clear()
+    math_verifier._cacheable_compare.cache_clear()
     assert cancel() == ["cancelled"]
     time.sleep(0.6)
     assert math_verifier.verify(MATH_TASK, "\\boxed{2}").model_dump()["failure_class"] == "wrong_answer"
