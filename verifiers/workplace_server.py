@@ -41,7 +41,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -387,13 +387,16 @@ def create_app(limits: Limits | None = None) -> FastAPI:
 
     @app.post("/verify")
     def verify(req: VerifyRequest) -> dict[str, Any]:
-        slot = sessions.touch(req.session_id, remove=req.close)
+        slot = sessions.touch(req.session_id)  # closed only once scored: a busy 503 must not lose the session
         with locked(slot):
             try:
                 verdict = score_session(slot.session.task, slot.session)
             except Exception as exc:  # noqa: BLE001 - a crafted final state breaks the scorer in any way
                 raise HTTPException(422, f"cannot score this session ({type(exc).__name__}: {one_line(exc)}): "
                                          "fix the task's reference.final_state") from None
+        if req.close:
+            with suppress(HTTPException):  # a concurrent DELETE or verify closed it first: the verdict stands
+                sessions.touch(req.session_id, remove=True)
         return verdict.model_dump(mode="json")
 
     @app.get("/sessions/{session_id}/state")
