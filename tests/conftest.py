@@ -135,3 +135,35 @@ def sandbox_processes() -> list[str]:
             found.append(f"{pid}: {cmd[:80]}")
     return found
 
+
+def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, bootstrap: int = 200) -> Path:
+    """A `flywheel eval` OUT folder whose rollouts come from the real verifier on the tool_call seeds (the first
+    ``limit``): every good_every-th task answered right, the rest not a call."""
+    import polars as pl
+
+    from flows.config import EvalConfig
+    from flows.eval import make_report, write_outputs
+    from tasks.metrics import outcome
+    from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
+    from tasks.seeds import seed_task
+    from tasks.validate import reference_completion
+    from verifiers import tool_call
+
+    tools, seeds = catalog
+    tasks = [seed_task(s, tools) for s in seeds if s.call][:limit]
+    rows = []
+    for ti, sample, seed in plan([t.id for t in tasks], 1, run_seed=0):
+        task = tasks[ti]
+        text = reference_completion(task) if good_every and ti % good_every == 0 else "not a call"
+        verdict = tool_call.verify(task, text)
+        rows.append(_row(task, task.reference.calls[0].tool, sample, seed, text, verdict, 0.5, (90, 12), "stop", 1,
+                         outcome(task.env, verdict, 1.0)))
+    frame = pl.DataFrame(rows, schema=ROLLOUT_SCHEMA)
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{}")  # EvalConfig wants --dataset to look published
+    config = EvalConfig(dataset=str(folder), out=str(folder), bootstrap=bootstrap)
+    dataset = {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "path": "ds"}
+    model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
+    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1}, {})
+    write_outputs(folder, report, frame)
+    return folder

@@ -12,20 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from conftest import eval_dir
 from flows.cli import app
-from flows.config import EvalConfig
-from flows.eval import make_report, write_outputs
-from tasks.metrics import outcome
 from tasks.policy import Request, Sampling, TransformersBackend
 from tasks.registry import Registry, RegistryError
-from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
-from tasks.seeds import seed_task
-from tasks.validate import reference_completion
-from verifiers import tool_call
 
 runner = CliRunner()
 FIELDS = {"name": "tool_call-policy", "base_model": {"ref": "embedded", "hash": "b" * 64},
@@ -53,26 +46,7 @@ def adapters(tmp_path_factory) -> list[Path]:
     return out
 
 
-def _eval_dir(folder: Path, catalog, good_every: int) -> Path:
-    """An eval folder whose rollouts come from the real verifier: every good_every-th task answered right."""
-    tools, seeds = catalog
-    tasks = [seed_task(s, tools) for s in seeds if s.call]
-    rows = []
-    for ti, sample, seed in plan([t.id for t in tasks], 1, run_seed=0):
-        task = tasks[ti]
-        text = reference_completion(task) if good_every and ti % good_every == 0 else "not a call"
-        verdict = tool_call.verify(task, text)
-        rows.append(_row(task, task.reference.calls[0].tool, sample, seed, text, verdict, 0.5, (90, 12), "stop", 1,
-                         outcome(task.env, verdict, 1.0)))
-    frame = pl.DataFrame(rows, schema=ROLLOUT_SCHEMA)
-    folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text("{}")
-    config = EvalConfig(dataset=str(folder), out=str(folder), bootstrap=200)
-    dataset = {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "path": "ds"}
-    model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
-    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1}, {})
-    write_outputs(folder, report, frame)
-    return folder
+
 
 
 def test_register_is_immutable_hashed_and_moves_candidate(tmp_path, adapters) -> None:
@@ -93,8 +67,8 @@ def test_register_is_immutable_hashed_and_moves_candidate(tmp_path, adapters) ->
 def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog, prefect_api) -> None:
     reg_dir = tmp_path / "r"
     reg = Registry(reg_dir)
-    base = _eval_dir(tmp_path / "base", catalog, good_every=0)
-    better = _eval_dir(tmp_path / "better", catalog, good_every=2)
+    base = eval_dir(tmp_path / "base", catalog, good_every=0)
+    better = eval_dir(tmp_path / "better", catalog, good_every=2)
     v1 = reg.register(adapters[0], FIELDS)
     args = ["promote", "--registry", str(reg_dir), "--baseline-eval", str(base)]
     same = runner.invoke(app, [*args, "--candidate-eval", str(base)])
@@ -138,8 +112,8 @@ def test_a_killed_promotion_leaves_the_registry_as_it_was(tmp_path, adapters, ca
     reg_dir = tmp_path / "r"
     reg = Registry(reg_dir)
     reg.register(adapters[0], FIELDS)
-    base = _eval_dir(tmp_path / "base", catalog, good_every=0)
-    better = _eval_dir(tmp_path / "better", catalog, good_every=2)
+    base = eval_dir(tmp_path / "base", catalog, good_every=0)
+    better = eval_dir(tmp_path / "better", catalog, good_every=2)
     cmd = [sys.executable, "-m", "flows.cli", "promote", "--registry", str(reg_dir), "--baseline-eval", str(base),
            "--candidate-eval", str(better)]
     t0 = time.perf_counter()

@@ -22,6 +22,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from conftest import eval_dir
 from flows.cli import app
 from tasks.seeds import seed_task
 
@@ -279,33 +280,7 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def _eval_folder(folder: Path, catalog, good_every: int) -> Path:
-    """A `flywheel eval` OUT folder whose rollouts come from the real verifier (every good_every-th task right)."""
-    from flows.config import EvalConfig
-    from flows.eval import make_report, write_outputs
-    from tasks.metrics import outcome
-    from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
-    from tasks.validate import reference_completion
-    from verifiers import tool_call
 
-    tools, seeds = catalog
-    tasks = [seed_task(s, tools) for s in seeds if s.call][:12]
-    rows = []
-    for ti, sample, seed in plan([t.id for t in tasks], 1, run_seed=0):
-        task = tasks[ti]
-        text = reference_completion(task) if good_every and ti % good_every == 0 else "not a call"
-        verdict = tool_call.verify(task, text)
-        rows.append(_row(task, task.reference.calls[0].tool, sample, seed, text, verdict, 0.5, (90, 12), "stop", 1,
-                         outcome(task.env, verdict, 1.0)))
-    frame = pl.DataFrame(rows, schema=ROLLOUT_SCHEMA)
-    folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text("{}")  # EvalConfig wants --dataset to look published
-    config = EvalConfig(dataset=str(folder), out=str(folder), bootstrap=100)
-    dataset = {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "path": "ds"}
-    model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
-    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1}, {})
-    write_outputs(folder, report, frame)
-    return folder
 
 
 def _variant(good: Path, folder: Path, edit: Callable[[Path], None]) -> Path:
@@ -338,8 +313,8 @@ def test_promote_expected_errors_are_one_line_before_any_flow(tmp_path, catalog)
     reg_dir = tmp_path / "reg"
     version = Registry(reg_dir).register(adapter, {"name": "p", "base_model": {}, "dataset": {}, "verifiers": {},
                                                    "training": {}})
-    base = _eval_folder(tmp_path / "base", catalog, good_every=0)
-    better = _eval_folder(tmp_path / "better", catalog, good_every=2)
+    base = eval_dir(tmp_path / "base", catalog, good_every=0, limit=12, bootstrap=100)
+    better = eval_dir(tmp_path / "better", catalog, good_every=2, limit=12, bootstrap=100)
     empty = tmp_path / "empty"
     empty.mkdir()
     torn = _variant(better, tmp_path / "torn", lambda f: (f / "rollouts.parquet").write_bytes(b"PAR1" + os.urandom(64)))
