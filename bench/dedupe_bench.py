@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from datasketch import MinHash, MinHashLSH
 
-from tasks.dedupe import NearDupParams, near_duplicates, shingles, sketch
+from flywheel.tasks.data.dedupe import NearDupParams, near_duplicates, shingles, sketch
 
 T = 0.8
 
@@ -100,7 +100,7 @@ def main() -> None:
 
     from distributed import Client, LocalCluster
 
-    from flows.runtime import chunks
+    from flywheel.flows.runtime import chunks
 
     params = NearDupParams(threshold=T)
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:

@@ -20,8 +20,8 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
 def main() -> None:
-    from flows.config import GenerateConfig
-    from flows.generate import run_generate
+    from flywheel.flows.config import GenerateConfig
+    from flywheel.flows.generate import run_generate
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     workers = int(sys.argv[2]) if len(sys.argv) > 2 else 2

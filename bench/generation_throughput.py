@@ -18,18 +18,18 @@ import sys
 import time
 from pathlib import Path
 
-from tasks.agent import openai_tools
-from tasks.generate import generate_candidates
-from tasks.policy import Request, Sampling, make_backend
-from tasks.rollouts import rollout_seed
-from tasks.seeds import env_paths, load_seeds, load_tools
+from flywheel.tasks.agents.agent import openai_tools
+from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
+from flywheel.tasks.evaluation.rollouts import rollout_seed
+from flywheel.tasks.inference.policy import Request, Sampling, make_backend
 
 
 def requests(n: int) -> list[Request]:
     seeds_path, tools_path = env_paths("tool_call")
     tools = load_tools(tools_path)
     rows, _ = generate_candidates(range(n), load_seeds(seeds_path, tools), tools, 11)
-    from schemas import Task
+    from flywheel.schemas import Task
 
     tasks = [Task.model_validate_json(r["task"]) for r in rows]
     return [Request([m.model_dump(exclude_none=True) for m in t.messages], openai_tools(t), rollout_seed(0, t.id, 0))

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from verifier_throughput import pairs_for, rate  # noqa: E402
 
-from verifiers import get_verifier  # noqa: E402
+from flywheel.verifiers import get_verifier  # noqa: E402
 
 
 def batch_rate(pairs: list) -> float:

@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from schemas import Task
-from tasks.generate import generate_candidates
-from tasks.seeds import env_paths, load_seeds, load_tools
-from tasks.validate import reference_completion
-from verifiers.tool_call import verify
+from flywheel.schemas import Task
+from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
+from flywheel.tasks.data.validate import reference_completion
+from flywheel.verifiers.tool_call import verify
 
 
 def completions(task: Task, i: int) -> str:
@@ -53,7 +53,7 @@ def main() -> None:
         src = Path(tmp) / "rows.jsonl"
         src.write_text("".join(json.dumps({"task": t.model_dump(mode="json"), "completion": c}) + "\n" for t, c in pairs))
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "flows.cli", "score", "--verifier", "tool_call", "--input", str(src),
+        subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "score", "--verifier", "tool_call", "--input", str(src),
                         "--output", str(Path(tmp) / "out.jsonl")], check=True, capture_output=True)
         t_cli = time.perf_counter() - start
     print(json.dumps({

@@ -14,11 +14,11 @@ import subprocess
 import sys
 import time
 
-from schemas import Task
-from tasks.generate import generate_candidates
-from tasks.seeds import env_paths, load_seeds, load_tools
-from tasks.validate import reference_completion
-from verifiers import get_verifier
+from flywheel.schemas import Task
+from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
+from flywheel.tasks.data.validate import reference_completion
+from flywheel.verifiers import get_verifier
 
 WRONG = {"tool_call": ['{"tool": "x", "args": {}}', "Sure! {}", '{"tool": "email.send", "args": {"to": ["a@b.example"]}}'],
          "math": ["\\boxed{7}", "The answer is \\boxed{1/3} or \\boxed{2}", "I am not sure."],
@@ -50,9 +50,9 @@ def judge_rate(n: int) -> dict[str, float]:
     """The judge against the embedded model served on 127.0.0.1 (startup not counted)."""
     import httpx
 
-    from verifiers import judge
+    from flywheel.verifiers import judge
 
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--port", "8931", "--name", "smol"],
+    proc = subprocess.Popen([sys.executable, "-m", "flywheel.flows.cli", "serve", "--port", "8931", "--name", "smol"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):

@@ -36,7 +36,7 @@ from rich.markup import escape  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
-from flows import __version__  # noqa: E402
+from flywheel.flows import __version__  # noqa: E402
 
 err = Console(stderr=True)
 
@@ -76,7 +76,7 @@ app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, no_args_is_help=
 
 
 def _one_line(exc: BaseException) -> str:
-    from verifiers.common import one_line  # only on an error: the verifiers package imports sympy (~0.5 s)
+    from flywheel.verifiers.common import one_line  # only on an error: the verifiers package imports sympy (~0.5 s)
 
     if isinstance(exc, ValidationError):
         e = exc.errors()[0]
@@ -103,7 +103,7 @@ def _progress() -> Progress:
 
 def _in_api(run: Callable[[], Any]) -> Any:
     """Run a flow on PREFECT_API_URL's server, or on a temporary API that never outlives this command."""
-    from flows.prefect_api import temporary_api
+    from flywheel.flows.prefect_api import temporary_api
 
     with temporary_api():
         return run()
@@ -111,7 +111,7 @@ def _in_api(run: Callable[[], Any]) -> Any:
 
 def _with_progress(run: Callable[[], Any]) -> Any:
     """Run a flow with a rich progress bar per stage (flows report through flows.runtime.progress)."""
-    from flows.runtime import set_progress
+    from flywheel.flows.runtime import set_progress
 
     with _progress() as bar:
         ids: dict[str, Any] = {}
@@ -149,7 +149,7 @@ def generate(
     seeds_dir: Path = typer.Option(None, help="Folder with ENV.jsonl seeds and ENV.tools.json (default: datasets/seeds)."),
 ) -> None:
     """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
-    from flows.config import GenerateConfig
+    from flywheel.flows.config import GenerateConfig
 
     try:
         config = GenerateConfig(env=env, n=n, seed=seed, out=str(out), backend=backend, model=model, base_url=base_url,
@@ -157,11 +157,11 @@ def generate(
                                 heldout_fraction=heldout_fraction, threshold=threshold, max_tool_share=max_tool_share,
                                 parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None,
                                 **({"seeds_dir": str(seeds_dir)} if seeds_dir else {}))
-        from flows.stages import load_env  # Dask, the verifiers: imported once the options passed their checks
+        from flywheel.flows.stages import load_env  # Dask, the verifiers: imported once the options passed their checks
 
         load_env(config.seeds_dir, config.env)  # a bad seed line fails here, before any server starts
         _check_output(Path(config.out), "--out", folder_wanted=True)
-        from flows.generate import run_generate
+        from flywheel.flows.generate import run_generate
 
         summary = _with_progress(lambda: run_generate(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
@@ -235,7 +235,7 @@ def _output_or_fail(path: Path, option: str) -> None:
 
 
 def _write_jsonl_atomic(path: Path, lines: list[str]) -> None:
-    from tasks.files import OutputError, write_text_atomic
+    from flywheel.tasks.files import OutputError, write_text_atomic
 
     try:
         write_text_atomic(path, "".join(lines))
@@ -252,7 +252,7 @@ def _report_bad(bad: list[str], total: int) -> None:
 
 def _verifier(name: str, judge_url: str | None, judge_model: str) -> Any:
     """The verifier module by name; the judge gets its endpoint here, and a judge without one is a config error."""
-    from verifiers import get_verifier
+    from flywheel.verifiers import get_verifier
 
     try:
         module = get_verifier(name)
@@ -275,7 +275,7 @@ def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[s
     """Score every {"task", "completion"} line; returns scored records, bad-line reports, line count."""
     from rich.progress import track
 
-    from schemas import Task
+    from flywheel.schemas import Task
 
     rows = _read_jsonl(input)
     out: list[dict[str, Any]] = []
@@ -333,9 +333,9 @@ def eval_(
     price_out: float = typer.Option(0.0, help="Cost estimate: USD per 1M completion tokens."),
 ) -> None:
     """Evaluate a policy on a published split: metrics with 95% CIs, failure buckets, the SFT/RL/done decision."""
-    from flows.config import EvalConfig
-    from flows.eval import run_eval
-    from schemas import Thresholds
+    from flywheel.flows.config import EvalConfig
+    from flywheel.flows.eval import run_eval
+    from flywheel.schemas import Thresholds
 
     try:
         config = EvalConfig(
@@ -378,9 +378,9 @@ def promote(
     latency_margin: float = typer.Option(0.25, help="Allowed relative rise of p95 latency."),
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
-    from flows.promote import load_evals, promote_model
-    from tasks.gate import GateConfig
-    from tasks.registry import Registry
+    from flywheel.flows.promote import load_evals, promote_model
+    from flywheel.tasks.release.gate import GateConfig
+    from flywheel.tasks.release.registry import Registry
 
     try:
         config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, latency_margin=latency_margin)
@@ -427,9 +427,9 @@ def train(
     parent: str = typer.Option(None, help="Registry version the --model adapter came from (lineage)."),
 ) -> None:
     """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
-    from flows.config import EvalConfig
-    from tasks.models import resolve_model
-    from tasks.train import TrainConfig
+    from flywheel.flows.config import EvalConfig
+    from flywheel.tasks.inference.models import resolve_model
+    from flywheel.tasks.training.train import TrainConfig
 
     try:
         config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
@@ -440,13 +440,13 @@ def train(
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed)
         resolve_model(model)  # a bad --model fails before any flow run starts
         if registry and parent:  # so does an unknown --parent (it would only fail at registration, after training)
-            from tasks.registry import Registry
+            from flywheel.tasks.release.registry import Registry
 
             Registry(registry).version(parent)
         evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
                                 max_tokens=max_completion_length)
         _check_output(out, "--out", folder_wanted=True)
-        from flows.train import train_policy  # TRL and the eval flow: imported once every check has passed
+        from flywheel.flows.train import train_policy  # TRL and the eval flow: imported once every check has passed
 
         summary = _in_api(lambda: train_policy(config, evaluation, str(registry) if registry else None, parent))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
@@ -476,7 +476,7 @@ def run_(
     dask_address: str = typer.Option(None, help="Dask scheduler for the dataset stages."),
 ) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
-    from flows.pipeline import RunConfig, run_pipeline
+    from flywheel.flows.pipeline import RunConfig, run_pipeline
 
     try:
         config = RunConfig(out=str(out), seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
@@ -503,8 +503,8 @@ def ingest(
     threshold: float = typer.Option(0.8, help="MinHash Jaccard at which a new task is a near duplicate."),
 ) -> None:
     """Re-score production trajectories, bucket the failures, add them as held-out regression tasks (new version)."""
-    from flows.ingest import IngestConfig, ingest_trajectories
-    from tasks.ingest import read_trajectories
+    from flywheel.flows.ingest import IngestConfig, ingest_trajectories
+    from flywheel.tasks.data.ingest import read_trajectories
 
     try:
         config = IngestConfig(trajectories=str(trajectories), dataset=str(dataset), threshold=threshold)
@@ -521,7 +521,7 @@ def ingest(
 @app.command()
 def rollback(registry: Path = REGISTRY) -> None:
     """Move production back to the version it pointed to before the current promotion."""
-    from tasks.registry import Registry
+    from flywheel.tasks.release.registry import Registry
 
     try:
         event = Registry(registry).rollback()
@@ -533,7 +533,7 @@ def rollback(registry: Path = REGISTRY) -> None:
 @registry_app.command("list")
 def registry_list(registry: Path = REGISTRY) -> None:
     """Versions, aliases and the audit log."""
-    from tasks.registry import Registry
+    from flywheel.tasks.release.registry import Registry
 
     try:
         reg = Registry(registry)
@@ -561,7 +561,7 @@ def _ancestry(reg: Any, version: Any) -> list[dict[str, Any]]:
 @registry_app.command("show")
 def registry_show(ref: str = typer.Argument("production", help="Version id or alias."), registry: Path = REGISTRY) -> None:
     """A version's lineage as JSON: files and hashes, base model, dataset and seeds, verifiers, training, eval."""
-    from tasks.registry import Registry
+    from flywheel.tasks.release.registry import Registry
 
     try:
         reg = Registry(registry)
@@ -586,8 +586,8 @@ def registry_export(
     registry: Path = REGISTRY,
 ) -> None:
     """What a serving stack loads: the PEFT adapter folder (base model named inside), or a merged checkpoint."""
-    from tasks.models import export_version
-    from tasks.registry import Registry
+    from flywheel.tasks.inference.models import export_version
+    from flywheel.tasks.release.registry import Registry
 
     try:
         reg = Registry(registry)
@@ -630,7 +630,7 @@ def profile_reward(
     """Before training: score histogram, failure classes and sample outputs per score band (also as markdown)."""
     from rich.markdown import Markdown
 
-    from tasks.profile import profile_markdown
+    from flywheel.tasks.evaluation.profile import profile_markdown
 
     module = _verifier(verifier, judge_url, judge_model)
     target = report or input.with_suffix(".profile.md")
@@ -653,7 +653,7 @@ def dedupe(
     unit: str = typer.Option("word", help="word | char"),
 ) -> None:
     """Near-duplicate detection (MinHash LSH) on any JSONL file; the first row of a cluster is kept."""
-    from tasks.dedupe import MAX_TEXT_CHARS, NearDupParams, near_duplicates
+    from flywheel.tasks.data.dedupe import MAX_TEXT_CHARS, NearDupParams, near_duplicates
 
     try:
         params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
@@ -693,8 +693,8 @@ def serve(
     """Serve a local checkpoint over an OpenAI-compatible API (/v1/chat/completions)."""
     import uvicorn
 
-    from tasks.hf import HFChatModel
-    from tasks.serving import create_app
+    from flywheel.tasks.inference.hf import HFChatModel
+    from flywheel.tasks.inference.serving import create_app
 
     try:
         app_ = create_app(HFChatModel(model), name)
@@ -723,7 +723,7 @@ def serve_env(
     Sessions hold at most --max-sessions x --max-session-kb of data: 4096 x 256 KB = 1 GiB by default."""
     import uvicorn
 
-    from verifiers.workplace_server import Limits, create_app
+    from flywheel.verifiers.workplace_server import Limits, create_app
 
     if env != "workplace":
         fail(f"--env {env!r} has no resources server; serve-env serves: workplace")

@@ -13,10 +13,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas import Thresholds
-from schemas.records import MAX_SEED
-from tasks.dedupe import MAX_NGRAM
-from tasks.seeds import SEEDS_DIR
+from flywheel.schemas import Thresholds
+from flywheel.schemas.records import MAX_SEED
+from flywheel.tasks.data.dedupe import MAX_NGRAM
+from flywheel.tasks.data.seeds import SEEDS_DIR
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
 MAX_ROWS = 10_000_000  # generate --n: 100x the 100k-row bench flow
@@ -24,7 +24,7 @@ MAX_ROWS = 10_000_000  # generate --n: 100x the 100k-row bench flow
 
 def check_parent(folder: str) -> None:
     """A --parent must be a published version whose train and held-out files match its manifest and read."""
-    from tasks.publish import read_split
+    from flywheel.tasks.data.publish import read_split
 
     for split in ("train", "heldout"):  # the columns the near-duplicate stage reads
         try:

@@ -16,9 +16,9 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from flows.config import GenerateConfig
-from flows.generate import generate_dataset
-from flows.pipeline import RunConfig, run_pipeline
+from flywheel.flows.config import GenerateConfig
+from flywheel.flows.generate import generate_dataset
+from flywheel.flows.pipeline import RunConfig, run_pipeline
 
 
 def scheduled_seed() -> int:

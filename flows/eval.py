@@ -23,17 +23,17 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.config import EvalConfig
-from flows.runtime import chunks, code_version, link_artifacts, progress, write_rows
-from schemas import DatasetManifest, EvalReport, Task
-from tasks.files import write_text_atomic
-from tasks.metrics import buckets, decide, per_task, summarize, task_pass
-from tasks.models import fingerprint
-from tasks.policy import Backend, Sampling, make_backend
-from tasks.publish import read_manifest, read_split
-from tasks.report import markdown, plots
-from tasks.rollouts import ROLLOUT_SCHEMA, plan, run_batch
-from verifiers import get_verifier
+from flywheel.flows.config import EvalConfig
+from flywheel.flows.runtime import chunks, code_version, link_artifacts, progress, write_rows
+from flywheel.schemas import DatasetManifest, EvalReport, Task
+from flywheel.tasks.data.publish import read_manifest, read_split
+from flywheel.tasks.evaluation.metrics import buckets, decide, per_task, summarize, task_pass
+from flywheel.tasks.evaluation.report import markdown, plots
+from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, plan, run_batch
+from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.inference.models import fingerprint
+from flywheel.tasks.inference.policy import Backend, Sampling, make_backend
+from flywheel.verifiers import get_verifier
 
 
 def split_file(config: EvalConfig) -> tuple[Path, DatasetManifest]:

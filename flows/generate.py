@@ -23,8 +23,8 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.config import GenerateConfig
-from flows.runtime import (
+from flywheel.flows.config import GenerateConfig
+from flywheel.flows.runtime import (
     REJECT_SCHEMA,
     code_version,
     dask_client,
@@ -37,7 +37,7 @@ from flows.runtime import (
     stage_path,
     write_rows,
 )
-from flows.stages import (
+from flywheel.flows.stages import (
     ACCEPTED_SCHEMA,
     CACHE,
     exact_stage,
@@ -47,12 +47,12 @@ from flows.stages import (
     run_stage,
     validate_stage,
 )
-from tasks.dedupe import NearDupParams
-from tasks.generate import reject_row
-from tasks.publish import publish
-from tasks.quality import QualityParams, failed_expectations, run_suite
-from tasks.seeds import env_paths
-from tasks.split import contamination, split_table
+from flywheel.tasks.data.dedupe import NearDupParams
+from flywheel.tasks.data.generate import reject_row
+from flywheel.tasks.data.publish import publish
+from flywheel.tasks.data.quality import QualityParams, failed_expectations, run_suite
+from flywheel.tasks.data.seeds import env_paths
+from flywheel.tasks.data.split import contamination, split_table
 
 FINAL_SCHEMA = {**ACCEPTED_SCHEMA, "group_id": pl.String, "split": pl.String}
 

@@ -23,15 +23,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from flows.runtime import REJECT_SCHEMA, code_version, link_artifacts, write_rows
-from schemas import Task
-from tasks.dedupe import NearDupParams, near_duplicates
-from tasks.files import write_text_atomic
-from tasks.generate import task_row
-from tasks.ingest import SUPPORTED_ENVS, read_trajectories, rescore
-from tasks.publish import publish, read_manifest, read_split, verified_file
-from tasks.seeds import env_paths, load_tools
-from tasks.split import contamination
+from flywheel.flows.runtime import REJECT_SCHEMA, code_version, link_artifacts, write_rows
+from flywheel.schemas import Task
+from flywheel.tasks.data.dedupe import NearDupParams, near_duplicates
+from flywheel.tasks.data.generate import task_row
+from flywheel.tasks.data.ingest import SUPPORTED_ENVS, read_trajectories, rescore
+from flywheel.tasks.data.publish import publish, read_manifest, read_split, verified_file
+from flywheel.tasks.data.seeds import env_paths, load_tools
+from flywheel.tasks.data.split import contamination
+from flywheel.tasks.files import write_text_atomic
 
 SCORED_SCHEMA = {"trajectory": pl.String, "env": pl.String, "bucket": pl.String, "reward": pl.Float64,
                  "detail": pl.String, "disagrees": pl.Boolean, "task": pl.String, "prompt": pl.String,

@@ -21,15 +21,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import ObjectNotFound
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.config import MAX_ROWS, MAX_SEED, EvalConfig, GenerateConfig
-from flows.eval import eval_policy
-from flows.generate import run_generate
-from flows.promote import promote_model
-from flows.runtime import link_artifacts
-from flows.train import train_policy
-from tasks.files import write_text_atomic
-from tasks.gate import GateConfig
-from tasks.train import TrainConfig
+from flywheel.flows.config import MAX_ROWS, MAX_SEED, EvalConfig, GenerateConfig
+from flywheel.flows.eval import eval_policy
+from flywheel.flows.generate import run_generate
+from flywheel.flows.promote import promote_model
+from flywheel.flows.runtime import link_artifacts
+from flywheel.flows.train import train_policy
+from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.release.gate import GateConfig
+from flywheel.tasks.training.train import TrainConfig
 
 TRAIN_DEPLOYMENT, PROMOTE_DEPLOYMENT = "train-policy/gpu", "promote/gate"
 

@@ -22,12 +22,12 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from pydantic import ValidationError
 
-from flows.runtime import link_artifacts
-from schemas import EvalReport
-from tasks.files import write_text_atomic
-from tasks.gate import KEY, GateConfig, GateError, gate, markdown, paired
-from tasks.registry import Registry
-from verifiers.common import one_line
+from flywheel.flows.runtime import link_artifacts
+from flywheel.schemas import EvalReport
+from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.release.gate import KEY, GateConfig, GateError, gate, markdown, paired
+from flywheel.tasks.release.registry import Registry
+from flywheel.verifiers.common import one_line
 
 ROLLOUT_COLUMNS = (*KEY, "tool", "success", "valid_output", "unsafe", "latency_s")  # what the gate reads
 

@@ -148,7 +148,7 @@ def stage_path(cache: Path, stage: str, inputs: dict[str, Any], suffix: str = ".
 
 def write_rows(rows: list[dict[str, Any]] | pl.DataFrame, path: Path, schema: dict[str, Any]) -> str:
     """Write rows (only the schema's columns, in order) atomically; return the path."""
-    from tasks.files import open_output
+    from flywheel.tasks.files import open_output
 
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(rows, pl.DataFrame):
@@ -182,7 +182,7 @@ def files_hash(paths: list[Path]) -> str:
 
 def code_version() -> str:
     """Package version plus a hash of every source file the stages run: part of every cache key."""
-    from flows import __version__
+    from flywheel.flows import __version__
 
     root = Path(__file__).resolve().parents[1]
     sources = sorted(p for d in CODE_DIRS for p in (root / d).rglob("*.py"))

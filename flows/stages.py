@@ -20,7 +20,7 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
-from flows.runtime import (
+from flywheel.flows.runtime import (
     REJECT_SCHEMA,
     ROW_SCHEMA,
     chunks,
@@ -31,12 +31,12 @@ from flows.runtime import (
     stage_path,
     write_rows,
 )
-from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, sketch
-from tasks.generate import generate_candidates, reject_row
-from tasks.paraphrase import make_paraphraser
-from tasks.publish import read_split
-from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
-from tasks.validate import validate_rows
+from flywheel.tasks.data.dedupe import NearDupParams, exact_dedupe, near_duplicates, sketch
+from flywheel.tasks.data.generate import generate_candidates, reject_row
+from flywheel.tasks.data.paraphrase import make_paraphraser
+from flywheel.tasks.data.publish import read_split
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
+from flywheel.tasks.data.validate import validate_rows
 
 CODE_VERSION = code_version()
 # TASK_SOURCE covers only the task's own body; the code version covers the pure functions it calls.

@@ -18,15 +18,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 
-from flows.config import EvalConfig
-from flows.eval import eval_policy
-from flows.runtime import link_artifacts, progress
-from schemas import EvalReport
-from tasks.models import adapter_base, fingerprint
-from tasks.publish import read_manifest
-from tasks.registry import Registry
-from tasks.train import TrainConfig, train
-from verifiers import get_verifier
+from flywheel.flows.config import EvalConfig
+from flywheel.flows.eval import eval_policy
+from flywheel.flows.runtime import link_artifacts, progress
+from flywheel.schemas import EvalReport
+from flywheel.tasks.data.publish import read_manifest
+from flywheel.tasks.inference.models import adapter_base, fingerprint
+from flywheel.tasks.release.registry import Registry
+from flywheel.tasks.training.train import TrainConfig, train
+from flywheel.verifiers import get_verifier
 
 GPU_LIMIT = "gpu"
 COLUMNS = ("step", "loss", "reward", "train_invalid_rate", "train_unsafe_rate", "step_time_s", "heldout_reward",

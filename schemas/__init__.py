@@ -1,7 +1,7 @@
 """Records shared by every stage (see records.py, seeds.py and evaluation.py)."""
 
-from schemas.evaluation import Decision, EvalReport, FailureBucket, FailureExample, Metric, TaskPass, Thresholds
-from schemas.records import (
+from flywheel.schemas.evaluation import Decision, EvalReport, FailureBucket, FailureExample, Metric, TaskPass, Thresholds
+from flywheel.schemas.records import (
     CodeTest,
     DatasetManifest,
     Message,
@@ -16,7 +16,7 @@ from schemas.records import (
     canonical_json,
     sha256_text,
 )
-from schemas.seeds import SeedTask
+from flywheel.schemas.seeds import SeedTask
 
 __all__ = [
     "CodeTest", "DatasetManifest", "Decision", "EvalReport", "FailureBucket", "FailureExample", "Metric", "TaskPass",

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from schemas.records import Record
+from flywheel.schemas.records import Record
 
 
 class Metric(Record):

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from schemas.records import Record
+from flywheel.schemas.records import Record
 
 Alias = Literal["candidate", "production"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from schemas.records import Record, ToolCall
+from flywheel.schemas.records import Record, ToolCall
 
 
 def placeholders(text: str) -> set[str]:

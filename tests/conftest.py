@@ -21,9 +21,9 @@ from typing import Any  # noqa: E402
 import httpx  # noqa: E402
 import pytest  # noqa: E402
 
-from tasks.seeds import env_paths, load_seeds, load_tools  # noqa: E402
-from verifiers.procs import descendants  # noqa: E402  (re-exported: hostile tests import it from here)
-from verifiers.sandbox import NOBODY  # noqa: E402
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools  # noqa: E402
+from flywheel.verifiers.procs import descendants  # noqa: E402  (re-exported: hostile tests import it from here)
+from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -37,8 +37,8 @@ def prefect_api():
 @pytest.fixture(scope="session")
 def tool_dataset(tmp_path_factory, prefect_api) -> str:
     """One small published tool_call version (80 rows) shared by the eval and training tests."""
-    from flows.config import GenerateConfig
-    from flows.generate import run_generate
+    from flywheel.flows.config import GenerateConfig
+    from flywheel.flows.generate import run_generate
 
     return run_generate(GenerateConfig(out=str(tmp_path_factory.mktemp("ds")), n=80, seed=3))["version_dir"]
 
@@ -60,7 +60,7 @@ def free_port() -> int:
 def cli_server(args: list[str], ready_path: str, timeout_s: float = 180) -> Iterator[str]:
     """Run ``flywheel ARGS --port P`` as a real server on 127.0.0.1; yields its base URL once ``ready_path`` answers."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "flywheel.flows.cli", *args, "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + timeout_s
@@ -141,13 +141,13 @@ def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, b
     ``limit``): every good_every-th task answered right, the rest not a call."""
     import polars as pl
 
-    from flows.config import EvalConfig
-    from flows.eval import make_report, write_outputs
-    from tasks.metrics import outcome
-    from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
-    from tasks.seeds import seed_task
-    from tasks.validate import reference_completion
-    from verifiers import tool_call
+    from flywheel.flows.config import EvalConfig
+    from flywheel.flows.eval import make_report, write_outputs
+    from flywheel.tasks.data.seeds import seed_task
+    from flywheel.tasks.data.validate import reference_completion
+    from flywheel.tasks.evaluation.metrics import outcome
+    from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, _row, plan
+    from flywheel.verifiers import tool_call
 
     tools, seeds = catalog
     tasks = [seed_task(s, tools) for s in seeds if s.call][:limit]

@@ -9,11 +9,11 @@ import httpx
 import pytest
 
 from conftest import free_port
-from flows.config import GenerateConfig
-from flows.generate import run_generate
-from tasks.generate import generate_candidates
-from tasks.paraphrase import make_paraphraser
-from tasks.publish import read_manifest
+from flywheel.flows.config import GenerateConfig
+from flywheel.flows.generate import run_generate
+from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.paraphrase import make_paraphraser
+from flywheel.tasks.data.publish import read_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,7 @@ def test_openai_backend_retries_then_names_the_failure() -> None:
 def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
     """vllm.LLM in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it). The worker is loaded
     once per process and shared with tests/test_eval.py's vllm test: one engine start (minutes) for both."""
-    from tasks.vllm_worker import vllm_python
+    from flywheel.tasks.inference.vllm_worker import vllm_python
 
     if not vllm_python().exists():
         if os.environ.get("CI"):

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from tasks.seeds import seed_task
+from flywheel.flows.cli import app
+from flywheel.tasks.data.seeds import seed_task
 
 runner = CliRunner()
 
@@ -78,7 +78,7 @@ def test_generate_bad_options_fail_fast(tmp_path) -> None:
 
 
 def test_generate_names_a_bad_seed_line_before_starting_anything(tmp_path, catalog) -> None:
-    from tasks.seeds import SEEDS_DIR
+    from flywheel.tasks.data.seeds import SEEDS_DIR
 
     (tmp_path / "tool_call.tools.json").write_text((SEEDS_DIR / "tool_call.tools.json").read_text())
     good = (SEEDS_DIR / "tool_call.jsonl").read_text().splitlines()[0]
@@ -110,8 +110,8 @@ def test_profile_reward_reports_histogram_classes_and_samples(tmp_path) -> None:
 
 
 def test_score_and_profile_replay_workplace_trajectories(tmp_path) -> None:
-    from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
-    from verifiers.workplace import trajectory_from_calls
+    from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
+    from flywheel.verifiers.workplace import trajectory_from_calls
 
     tools = load_tools(env_paths("workplace")[1])
     task = seed_task(load_seeds(env_paths("workplace")[0], tools)[0], tools)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from flows.config import GenerateConfig
-from flows.generate import run_generate
+from flywheel.flows.config import GenerateConfig
+from flywheel.flows.generate import run_generate
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.usefixtures("prefect_api")]
 DASK = str(Path(sys.executable).with_name("dask"))

@@ -15,12 +15,12 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.config import EvalConfig, GenerateConfig
-from flows.eval import run_eval
-from flows.generate import run_generate
-from schemas import EvalReport
-from tasks.policy import Request, Sampling, make_backend
+from flywheel.flows.cli import app
+from flywheel.flows.config import EvalConfig, GenerateConfig
+from flywheel.flows.eval import run_eval
+from flywheel.flows.generate import run_generate
+from flywheel.schemas import EvalReport
+from flywheel.tasks.inference.policy import Request, Sampling, make_backend
 
 runner = CliRunner()
 STABLE = ["task_id", "sample", "seed", "completion", "reward", "failure_class", "bucket", "prompt_tokens",
@@ -105,7 +105,7 @@ def test_eval_on_the_embedded_model_is_reproducible_and_complete(tool_dataset, t
 @pytest.mark.slow
 def test_killed_eval_keeps_finished_batches_and_rerun_does_only_the_rest(tool_dataset, tmp_path) -> None:
     out = tmp_path / "k"
-    cmd = [sys.executable, "-m", "flows.cli", "eval", "--dataset", tool_dataset, "--out", str(out), "--limit", "8",
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "eval", "--dataset", tool_dataset, "--out", str(out), "--limit", "8",
            "--batch-size", "2", "--max-tokens", "24"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 300
@@ -168,7 +168,7 @@ def test_eval_bad_options_fail_with_what_to_fix(tmp_path) -> None:
 @pytest.mark.vllm
 def test_vllm_backend_seeds_records_and_eval(tool_dataset, tmp_path) -> None:
     """vllm.LLM in process in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it)."""
-    from tasks.vllm_worker import vllm_python
+    from flywheel.tasks.inference.vllm_worker import vllm_python
 
     if not vllm_python().exists():
         if os.environ.get("CI"):

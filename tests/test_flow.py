@@ -14,9 +14,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from flows.config import GenerateConfig
-from flows.generate import DatasetError, run_generate
-from tasks.publish import read_manifest
+from flywheel.flows.config import GenerateConfig
+from flywheel.flows.generate import DatasetError, run_generate
+from flywheel.tasks.data.publish import read_manifest
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 STAGES = ["generate-variants", "exact-dedupe", "validate", "near-dedupe", "quality-suite", "split-decontaminate"]
@@ -72,7 +72,7 @@ def test_zero_accepted_rows_fail_with_reason_counts(tmp_path) -> None:
 @pytest.mark.slow
 def test_killed_run_leaves_no_version_and_rerun_completes(tmp_path) -> None:
     out = tmp_path / "k"
-    cmd = [sys.executable, "-m", "flows.cli", "generate", "--n", "3000", "--seed", "5", "--out", str(out)]
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "generate", "--n", "3000", "--seed", "5", "--out", str(out)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 120

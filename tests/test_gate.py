@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tasks.gate import GateConfig, GateError, gate
+from flywheel.tasks.release.gate import GateConfig, GateError, gate
 
 
 def _rollouts(success: np.ndarray, unsafe: np.ndarray | None = None, latency: float = 1.0) -> pl.DataFrame:

@@ -10,11 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from flows.config import EvalConfig
-from flows.eval import load_split
-from flows.ingest import IngestConfig, ingest_trajectories
-from tasks.ingest import IngestError
-from tasks.publish import read_manifest
+from flywheel.flows.config import EvalConfig
+from flywheel.flows.eval import load_split
+from flywheel.flows.ingest import IngestConfig, ingest_trajectories
+from flywheel.tasks.data.ingest import IngestError
+from flywheel.tasks.data.publish import read_manifest
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 EXAMPLES = Path(__file__).resolve().parents[1] / "datasets" / "examples" / "trajectories.jsonl"

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import cli_server, free_port
-from schemas import Task
-from verifiers import judge
+from flywheel.schemas import Task
+from flywheel.verifiers import judge
 
 TASK = Task.model_validate({
     "env": "judge", "messages": [{"role": "user", "content": "Name the capital of France."}],
@@ -59,7 +59,7 @@ def test_judge_endpoint_answering_errors_is_judge_failed(restore_config) -> None
 def test_score_cli_needs_a_judge_endpoint(tmp_path) -> None:
     rows = tmp_path / "rollouts.jsonl"
     rows.write_text(json.dumps({"task": TASK.model_dump(mode="json"), "completion": "Paris"}) + "\n")
-    done = subprocess.run([sys.executable, "-m", "flows.cli", "score", "--verifier", "judge", "--input", str(rows),
+    done = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "score", "--verifier", "judge", "--input", str(rows),
                            "--output", str(tmp_path / "out.jsonl")], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 1 and "--judge-url" in done.stderr

@@ -10,14 +10,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flows.config import EvalConfig
-from flows.eval import make_report, write_outputs
-from schemas import EvalReport, Metric, Thresholds, Verdict
-from tasks.metrics import Bootstrap, decide, outcome, pass_at_k, summarize
-from tasks.rollouts import ROLLOUT_SCHEMA, _row, plan
-from tasks.seeds import seed_task
-from tasks.validate import reference_completion
-from verifiers import tool_call
+from flywheel.flows.config import EvalConfig
+from flywheel.flows.eval import make_report, write_outputs
+from flywheel.schemas import EvalReport, Metric, Thresholds, Verdict
+from flywheel.tasks.data.seeds import seed_task
+from flywheel.tasks.data.validate import reference_completion
+from flywheel.tasks.evaluation.metrics import Bootstrap, decide, outcome, pass_at_k, summarize
+from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, _row, plan
+from flywheel.verifiers import tool_call
 
 
 @pytest.mark.parametrize(("n", "c", "k"), [(5, 0, 1), (5, 2, 1), (5, 2, 3), (6, 1, 6), (4, 4, 2), (8, 3, 4)])

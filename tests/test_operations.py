@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from tasks.publish import read_manifest
+from flywheel.tasks.data.publish import read_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,3 +169,19 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
     assert set(summary["stages"]) == {"sft", "grpo"} and summary["gate"]["version"] == summary["stages"]["grpo"]["version"]
     assert (out / "registry").is_dir() and "gate-report" in _artifacts(stack, next(
         c.id for c in children if deployments.get(c.deployment_id) == "gate@cpu"))
+
+
+def test_nightly_schedule_materialises_runs_after_a_server_restart(stack) -> None:
+    """The scheduler service inserts the cron deployment's runs in bulk; SQLAlchemy 2.1 broke that insert in Prefect
+    3.8.8 and the restarted server exited (CI, stop 19). Runs after the kill tests, so the server has restarted."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    deadline = time.time() + 180
+    while True:
+        with _client(stack) as client:
+            runs = client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["nightly"])))
+        if runs:
+            break
+        assert time.time() < deadline, "the nightly cron deployment has no scheduled run after 180 s"
+        time.sleep(3)
+    assert all(r.state.is_scheduled() and r.expected_start_time.hour == 2 for r in runs)

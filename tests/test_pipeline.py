@@ -11,14 +11,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from schemas import DatasetManifest, EvalReport
-from tasks.registry import Registry
+from flywheel.schemas import DatasetManifest, EvalReport
+from flywheel.tasks.release.registry import Registry
 
 
 @pytest.mark.slow
 def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60", "--eval-limit", "6",
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60", "--eval-limit", "6",
            "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2", "--max-tokens", "24", "--train-limit", "8"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
@@ -47,7 +47,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert aliases["candidate"] == grpo.id and aliases.get("production") == (grpo.id if passed else None)
     assert [e.action for e in reg.events()] == ["register", "register"] + (["promote"] if passed else [])
     gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
-    show = subprocess.run([sys.executable, "-m", "flows.cli", "registry", "show", "candidate", "--registry",
+    show = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "registry", "show", "candidate", "--registry",
                            summary["registry"]], capture_output=True, text=True, check=True)
     lineage = json.loads(show.stdout)  # one command: dataset version and seeds, verifiers, the reports behind it
     assert lineage["dataset"]["version"] == manifest.version and lineage["dataset"]["run_seed"] == 1
@@ -57,7 +57,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
 
 
 def test_a_gpu_pool_without_its_deployment_is_a_clear_error(prefect_api) -> None:
-    from flows.pipeline import TRAIN_DEPLOYMENT, downstream
+    from flywheel.flows.pipeline import TRAIN_DEPLOYMENT, downstream
 
     with pytest.raises(RuntimeError, match="no deployment train-policy/gpu: start the stack with deploy/start.sh"):
         downstream(TRAIN_DEPLOYMENT, "gpu", {})

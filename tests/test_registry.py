@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import eval_dir
-from flows.cli import app
-from tasks.policy import Request, Sampling, TransformersBackend
-from tasks.registry import Registry, RegistryError
+from flywheel.flows.cli import app
+from flywheel.tasks.inference.policy import Request, Sampling, TransformersBackend
+from flywheel.tasks.release.registry import Registry, RegistryError
 
 runner = CliRunner()
 FIELDS = {"name": "tool_call-policy", "base_model": {"ref": "embedded", "hash": "b" * 64},
@@ -33,7 +33,7 @@ def adapters(tmp_path_factory) -> list[Path]:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from tasks.models import embedded_checkpoint
+    from flywheel.tasks.inference.models import embedded_checkpoint
 
     root = tmp_path_factory.mktemp("adapters")
     out = []
@@ -114,7 +114,7 @@ def test_a_killed_promotion_leaves_the_registry_as_it_was(tmp_path, adapters, ca
     reg.register(adapters[0], FIELDS)
     base = eval_dir(tmp_path / "base", catalog, good_every=0)
     better = eval_dir(tmp_path / "better", catalog, good_every=2)
-    cmd = [sys.executable, "-m", "flows.cli", "promote", "--registry", str(reg_dir), "--baseline-eval", str(base),
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "promote", "--registry", str(reg_dir), "--baseline-eval", str(base),
            "--candidate-eval", str(better)]
     t0 = time.perf_counter()
     probe = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

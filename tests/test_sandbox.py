@@ -17,9 +17,9 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import sandbox_processes
-from schemas import Task, Verdict
-from verifiers import code
-from verifiers.sandbox import Limits, run_code
+from flywheel.schemas import Task, Verdict
+from flywheel.verifiers import code
+from flywheel.verifiers.sandbox import Limits, run_code
 
 HOSTILE = {
     "fork bomb": ("import os\ndef solve(xs):\n    while True:\n        os.fork()\n", "resource_limit"),
@@ -149,8 +149,8 @@ def test_the_default_budget_leaves_one_process_room_for_real_work() -> None:
 
 
 VERIFY_IN_A_CHILD = """import sys
-from schemas import Task
-from verifiers import code
+from flywheel.schemas import Task
+from flywheel.verifiers import code
 print(code.verify(Task.model_validate_json(sys.argv[1]), sys.argv[2]).model_dump_json())
 """
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from schemas import Task
-from tasks.generate import task_row
-from tasks.seeds import SeedError, load_seeds, seed_task
-from tasks.validate import check_row
+from flywheel.schemas import Task
+from flywheel.tasks.data.generate import task_row
+from flywheel.tasks.data.seeds import SeedError, load_seeds, seed_task
+from flywheel.tasks.data.validate import check_row
 
 
 def test_task_id_is_content_hash_and_ignores_meta(catalog) -> None:
@@ -71,9 +71,9 @@ def test_malformed_seed_line_names_file_and_line(tmp_path, catalog) -> None:
 
 @pytest.mark.parametrize("env", ["math", "cli"])
 def test_other_env_seeds_are_valid_and_vary(env: str) -> None:
-    from tasks.generate import generate_candidates
-    from tasks.seeds import env_paths
-    from tasks.validate import validate_rows
+    from flywheel.tasks.data.generate import generate_candidates
+    from flywheel.tasks.data.seeds import env_paths
+    from flywheel.tasks.data.validate import validate_rows
 
     seeds = load_seeds(env_paths(env)[0], {})
     assert len(seeds) >= 20 and all(s.env == env and s.answer for s in seeds)
@@ -87,9 +87,9 @@ def test_other_env_seeds_are_valid_and_vary(env: str) -> None:
 
 @pytest.mark.parametrize("env", ["workplace", "code"])
 def test_workplace_and_code_seeds_are_valid_and_vary(env: str) -> None:
-    from tasks.generate import generate_candidates
-    from tasks.seeds import env_paths, load_tools
-    from tasks.validate import validate_rows
+    from flywheel.tasks.data.generate import generate_candidates
+    from flywheel.tasks.data.seeds import env_paths, load_tools
+    from flywheel.tasks.data.validate import validate_rows
 
     seeds_path, tools_path = env_paths(env)
     tools = load_tools(tools_path) if tools_path.is_file() else {}

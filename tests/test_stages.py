@@ -7,13 +7,13 @@ import random
 import polars as pl
 import pytest
 
-from tasks.dedupe import NearDupParams, exact_dedupe, near_duplicates, shingles
-from tasks.generate import generate_candidates
-from tasks.paraphrase import check_paraphrase
-from tasks.publish import publish, read_manifest
-from tasks.quality import QualityParams, run_suite
-from tasks.split import assign_splits, contamination, groups, split_table
-from tasks.validate import validate_rows
+from flywheel.tasks.data.dedupe import NearDupParams, exact_dedupe, near_duplicates, shingles
+from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.paraphrase import check_paraphrase
+from flywheel.tasks.data.publish import publish, read_manifest
+from flywheel.tasks.data.quality import QualityParams, run_suite
+from flywheel.tasks.data.split import assign_splits, contamination, groups, split_table
+from flywheel.tasks.data.validate import validate_rows
 
 
 def test_generation_is_deterministic_and_partition_independent(catalog) -> None:
@@ -152,7 +152,7 @@ def test_publish_is_atomic_and_content_addressed(tmp_path, monkeypatch) -> None:
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("tasks.publish.file_sha256", boom)
+    monkeypatch.setattr("flywheel.tasks.data.publish.file_sha256", boom)
     with pytest.raises(OSError, match="disk full"):
         publish(tmp_path, "ds", {**frames, "train": _table(5)}, fields)
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == [first.name]

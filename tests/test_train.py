@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from schemas import Task
-from tasks.train import TrainConfig, grpo_rows, sft_rows
-from tasks.train_log import VerifierReward, trim_log
-from tasks.validate import reference_completion
+from flywheel.flows.cli import app
+from flywheel.schemas import Task
+from flywheel.tasks.data.validate import reference_completion
+from flywheel.tasks.training.train import TrainConfig, grpo_rows, sft_rows
+from flywheel.tasks.training.train_log import VerifierReward, trim_log
 
 runner = CliRunner()
 
@@ -63,7 +63,7 @@ def test_trim_log_drops_steps_after_the_checkpoint_and_torn_lines(tmp_path) -> N
 
 
 def test_an_out_folder_belongs_to_one_training_config(dataset, tmp_path) -> None:
-    from tasks.train import _claim
+    from flywheel.tasks.training.train import _claim
 
     _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))
     _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))  # the same run: resume is fine
@@ -83,7 +83,7 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
     result = runner.invoke(app, ["train", "--dataset", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "no manifest.json" in result.output
     with pytest.raises(ValueError, match="no train tasks left"):
-        from tasks.train import load_tasks
+        from flywheel.tasks.training.train import load_tasks
 
         per_task = tmp_path / "per_task.parquet"
         import polars as pl
@@ -125,7 +125,7 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
 @pytest.mark.slow
 def test_killed_training_resumes_from_its_last_checkpoint(dataset, tmp_path) -> None:
     out = tmp_path / "k"
-    cmd = [sys.executable, "-m", "flows.cli", "train", "--dataset", dataset, "--out", str(out), "--method", "sft",
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "train", "--dataset", dataset, "--out", str(out), "--method", "sft",
            "--max-steps", "4", "--batch-size", "2", "--save-steps", "1", "--eval-interval", "100", "--eval-limit", "2",
            "--max-completion-length", "8", "--limit", "8"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

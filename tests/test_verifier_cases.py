@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Task
-from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
-from verifiers import VERIFIERS, get_verifier
+from flywheel.schemas import Task
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
+from flywheel.verifiers import VERIFIERS, get_verifier
 
 CASES_DIR = Path(__file__).resolve().parents[1] / "verifiers" / "cases"
 
@@ -70,7 +70,7 @@ def test_case_files_cover_every_kind() -> None:
 
 
 def test_trl_reward_function_form(catalog) -> None:
-    from verifiers.tool_call import tool_call_reward
+    from flywheel.verifiers.tool_call import tool_call_reward
 
     tools, seeds = catalog
     task = seed_task(seeds[0], tools)
@@ -86,7 +86,7 @@ def test_trl_reward_function_form(catalog) -> None:
 
 
 def test_cli_reward_function_form() -> None:
-    from verifiers.cli import cli_reward
+    from flywheel.verifiers.cli import cli_reward
 
     task = Task.model_validate({"env": "cli", "messages": [{"role": "user", "content": "List /tmp."}],
                                 "reference": {"answer": "ls /tmp"}, "meta": {"seed_id": "t"}})

@@ -11,12 +11,12 @@ import httpx
 import pytest
 
 from conftest import cli_server
-from schemas import Task
-from tasks.agent import BackendPolicy, HTTPEnv, LocalEnv, PolicyReply, run_episode
-from tasks.generate import candidate
-from tasks.policy import OpenAIBackend, Sampling, parse_action
-from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
-from verifiers import workplace
+from flywheel.schemas import Task
+from flywheel.tasks.agents.agent import BackendPolicy, HTTPEnv, LocalEnv, PolicyReply, run_episode
+from flywheel.tasks.data.generate import candidate
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
+from flywheel.tasks.inference.policy import OpenAIBackend, Sampling, parse_action
+from flywheel.verifiers import workplace
 
 
 @pytest.fixture(scope="module")

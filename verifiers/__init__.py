@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verifiers import cli, code, judge, math, tool_call, workplace
+from flywheel.verifiers import cli, code, judge, math, tool_call, workplace
 
 VERIFIERS: dict[str, ModuleType] = {m.NAME: m for m in (tool_call, cli, math, code, workplace, judge)}
 

@@ -41,10 +41,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
-_ROOT = str(Path(__file__).resolve().parents[1])
 _START_TIMEOUT_S = 120.0  # interpreter start and imports on a loaded machine; not part of any call's bound
 IN_WORKER = False  # set by serve(): see the module contract
 
@@ -75,7 +73,7 @@ class Busy(RuntimeError):
 
 class _Worker:
     def __init__(self, limits: Limits) -> None:
-        code = f"import sys; sys.path.insert(0, {_ROOT!r}); from verifiers.bounds import serve; serve()"
+        code = "from flywheel.verifiers.bounds import serve; serve()"
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(limits.memory_bytes), *limits.warm],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None

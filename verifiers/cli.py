@@ -27,8 +27,8 @@ import re
 import shlex
 from typing import Any
 
-from schemas import Task, Verdict
-from verifiers.common import batch_rewards, guarded_verify
+from flywheel.schemas import Task, Verdict
+from flywheel.verifiers.common import batch_rewards, guarded_verify
 
 NAME = "cli"
 VERSION = "1.1.0"  # 1.1: too_large (bounded completion size)

@@ -30,9 +30,9 @@ import math
 import re
 from typing import Any
 
-from schemas import Task, Verdict
-from verifiers.common import batch_rewards, guarded_verify
-from verifiers.sandbox import Limits, RunResult, run_code
+from flywheel.schemas import Task, Verdict
+from flywheel.verifiers.common import batch_rewards, guarded_verify
+from flywheel.verifiers.sandbox import Limits, RunResult, run_code
 
 NAME = "code"
 VERSION = "1.2.0"  # 1.2: memory budget per sandbox (128 MB per process), strict error shape

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from schemas import Task, Verdict
+from flywheel.schemas import Task, Verdict
 
 
 def one_line(exc: BaseException | str, limit: int | None = 200) -> str:

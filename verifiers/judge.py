@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas import Task, Verdict
-from verifiers.common import batch_rewards, guarded_verify
+from flywheel.schemas import Task, Verdict
+from flywheel.verifiers.common import batch_rewards, guarded_verify
 
 NAME = "judge"
 VERSION = "1.1.0"  # 1.1: judge deadline and reply bounds (a trickling judge is a verifier_error)

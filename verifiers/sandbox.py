@@ -40,8 +40,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from verifiers.procs import candidate_processes, stop
-from verifiers.sandbox_protocol import Channel, RunResult, SandboxError, converse
+from flywheel.verifiers.procs import candidate_processes, stop
+from flywheel.verifiers.sandbox_protocol import Channel, RunResult, SandboxError, converse
 
 __all__ = ["Limits", "RunResult", "SandboxError", "bwrap_command", "rlimits", "run_code"]
 

@@ -40,9 +40,9 @@ import math
 import unicodedata
 from typing import Any
 
-from schemas import Task, ToolCall, Verdict
-from verifiers import bounds, tool_checks
-from verifiers.common import batch_rewards, guarded_verify
+from flywheel.schemas import Task, ToolCall, Verdict
+from flywheel.verifiers import bounds, tool_checks
+from flywheel.verifiers.common import batch_rewards, guarded_verify
 
 NAME = "tool_call"
 VERSION = "1.1.0"  # 1.1: too_large, exact number comparison, foreign $ref -> verifier_error

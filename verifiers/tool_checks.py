@@ -51,13 +51,13 @@ from typing import Any, NamedTuple
 
 import fastjsonschema
 
-from schemas import SafetyRule, Task, ToolCall, ToolSpec, canonical_json
+from flywheel.schemas import SafetyRule, Task, ToolCall, ToolSpec, canonical_json
 
 # tool_call as a module, not its names: it imports this module back; normalize is looked up at call time.
-from verifiers import bounds, tool_call
+from flywheel.verifiers import bounds, tool_call
 
 # One call's schema check and safety rules take microseconds for a sane task; a second of CPU is a runaway regex.
-LIMITS = bounds.Limits(cpu_s=1, wall_s=4.0, memory_bytes=1 << 30, warm=("verifiers.tool_checks",))
+LIMITS = bounds.Limits(cpu_s=1, wall_s=4.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.tool_checks",))
 SHIPPED_CATALOGS = Path(__file__).resolve().parents[1] / "datasets" / "seeds"
 # Shipped patterns that ``re`` runs in quadratic time (15 s on a 64 KB argument), each with an equivalent linear
 # pattern that the compiled validator matches with instead (the catalog's text cannot change: task ids hash it;

@@ -52,11 +52,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas import Task
-from verifiers.common import one_line
-from verifiers.tool_checks import validator_for
-from verifiers.workplace import Session, score_session
-from verifiers.workplace_tools import TOOLS
+from flywheel.schemas import Task
+from flywheel.verifiers.common import one_line
+from flywheel.verifiers.tool_checks import validator_for
+from flywheel.verifiers.workplace import Session, score_session
+from flywheel.verifiers.workplace_tools import TOOLS
 
 NODE_BYTES = 96  # a value or key as a Python object beyond its JSON text (object header, dict slot, list pointer)
 ENTRY_BYTES = 320  # one call-log entry beyond its arguments: a dict of five fields and an empty list

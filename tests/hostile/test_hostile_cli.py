@@ -23,8 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import eval_dir
-from flows.cli import app
-from tasks.seeds import seed_task
+from flywheel.flows.cli import app
+from flywheel.tasks.data.seeds import seed_task
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -50,7 +50,7 @@ def _invoke(*args: str) -> tuple[int, str]:
 
 def _run(*args: str, timeout: float = 60) -> tuple[int, str]:
     """The real entry point; old code that started working on these inputs runs into the timeout."""
-    done = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
     return done.returncode, done.stdout + done.stderr
 
@@ -96,7 +96,7 @@ def test_score_reports_undecodable_and_non_strict_lines_and_scores_the_good_ones
 
 
 def test_dedupe_writes_strict_json_and_reports_each_hostile_line(tmp_path) -> None:
-    from tasks.dedupe import MAX_TEXT_CHARS
+    from flywheel.tasks.data.dedupe import MAX_TEXT_CHARS
 
     rows = [b'{"text": "send the quarterly budget report to maria", "n": 12345678901234567}',
             *(line for line, _ in HOSTILE_LINES),
@@ -170,10 +170,10 @@ def test_a_read_only_output_folder_fails_before_any_work(tmp_path) -> None:
 
 def _tiny_dataset(out: Path, env: str) -> Path:
     """A published version of 6 seed tasks (no Prefect needed)."""
-    from flows.runtime import REJECT_SCHEMA
-    from tasks.generate import task_row
-    from tasks.publish import publish
-    from tasks.seeds import env_paths, load_seeds, load_tools
+    from flywheel.flows.runtime import REJECT_SCHEMA
+    from flywheel.tasks.data.generate import task_row
+    from flywheel.tasks.data.publish import publish
+    from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
 
     tools = load_tools(env_paths(env)[1])
     rows = [task_row(seed_task(s, tools), k) | {"cluster_id": s.id, "group_id": s.id}
@@ -305,7 +305,7 @@ def _tree(folder: Path) -> dict[str, bytes]:
 def test_promote_expected_errors_are_one_line_before_any_flow(tmp_path, catalog) -> None:
     """Each case used to fail inside the promote flow (Prefect's traceback first) or, a corrupt rollouts file,
     with polars' own traceback; now it is one line before any flow run, and the registry is untouched."""
-    from tasks.registry import Registry
+    from flywheel.tasks.release.registry import Registry
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()

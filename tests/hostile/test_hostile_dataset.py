@@ -16,11 +16,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from flows.config import EvalConfig
-from flows.eval import load_split
-from flows.stages import reference_texts
-from tasks.publish import DATA_FILES, content_hash, file_sha256, read_manifest
-from tasks.train import TrainConfig, load_tasks
+from flywheel.flows.config import EvalConfig
+from flywheel.flows.eval import load_split
+from flywheel.flows.stages import reference_texts
+from flywheel.tasks.data.publish import DATA_FILES, content_hash, file_sha256, read_manifest
+from flywheel.tasks.training.train import TrainConfig, load_tasks
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
 CHANGED = ": the dataset was changed after publishing; regenerate it"
@@ -121,7 +121,7 @@ def test_publish_beside_a_running_publisher_keeps_its_temp_folder(tmp_path) -> N
     """Only a killed publisher's leftovers are cleaned up; a live one holds an flock on its temp folder."""
     import fcntl
 
-    from tasks.publish import publish
+    from flywheel.tasks.data.publish import publish
 
     root = tmp_path / "ds"
     live, dead = root / ".tmp-live", root / ".tmp-dead"
@@ -156,7 +156,7 @@ def test_a_new_temp_folder_is_never_swept_before_its_publisher_locks_it(tmp_path
     import fcntl
     import threading
 
-    from tasks.publish import publish
+    from flywheel.tasks.data.publish import publish
 
     root = tmp_path / "ds"
     fresh = root / ".tmp-fresh"
@@ -182,7 +182,7 @@ PUBLISHER = """
 import sys, time
 from pathlib import Path
 import polars as pl
-from tasks.publish import publish
+from flywheel.tasks.data.publish import publish
 out, tag, rounds, go = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 (out / f"ready-{tag}").touch()
 while not go.exists():
@@ -199,7 +199,7 @@ def test_two_publishers_at_once_both_complete(tmp_path) -> None:
     """Two processes publish different versions of one dataset at the same moments, 200 rounds each: every version
     is whole and verifies, neither crashes on the other's sweep, no temp folder is left. (The old code lost a round
     to the race, FileNotFoundError, in each of 4 runs; the test above shows the same deterministically.)"""
-    from tasks.publish import read_split
+    from flywheel.tasks.data.publish import read_split
 
     rounds, go = 200, tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", PUBLISHER, str(tmp_path), tag, str(rounds), str(go)],

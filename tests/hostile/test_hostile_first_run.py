@@ -24,7 +24,7 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _generate(tmp: Path, n: int) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", "generate", "--env", "tool_call", "--n", str(n),
+    return subprocess.Popen([sys.executable, "-m", "flywheel.flows.cli", "generate", "--env", "tool_call", "--n", str(n),
                              "--seed", "1", "--out", str(tmp / "out")], cwd=ROOT, env=_env(tmp / "home"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from flows.config import GenerateConfig
-from flows.generate import run_generate
-from flows.stages import load_env
-from tasks.generate import generate_candidates
-from tasks.quality import QualityParams, allowed_tool_share, failed_expectations, run_suite
-from tasks.seeds import SEEDS_DIR, env_paths, load_tools
+from flywheel.flows.config import GenerateConfig
+from flywheel.flows.generate import run_generate
+from flywheel.flows.stages import load_env
+from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.quality import QualityParams, allowed_tool_share, failed_expectations, run_suite
+from flywheel.tasks.data.seeds import SEEDS_DIR, env_paths, load_tools
 
 TOOL_CALL_TOOLS = tuple(sorted(load_tools(env_paths("tool_call")[1])))
 

@@ -23,10 +23,10 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import cli_server, within
-from schemas import Task, ToolCall
-from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
-from tasks.validate import reference_completion
-from verifiers import bounds, tool_call, tool_checks, workplace
+from flywheel.schemas import Task, ToolCall
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
+from flywheel.tasks.data.validate import reference_completion
+from flywheel.verifiers import bounds, tool_call, tool_checks, workplace
 
 ROOT = Path(__file__).resolve().parents[2]
 FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
@@ -147,7 +147,8 @@ def test_a_session_refuses_every_call_once_one_crossed_the_bound() -> None:
 
 def test_checks_inside_a_worker_run_inline_so_a_replay_has_one_bound() -> None:
     assert bounds.IN_WORKER is False
-    assert bounds.run(eval, "__import__('verifiers.bounds').bounds.IN_WORKER", limits=tool_checks.LIMITS) is True
+    probe = "__import__('flywheel.verifiers.bounds').verifiers.bounds.IN_WORKER"
+    assert bounds.run(eval, probe, limits=tool_checks.LIMITS) is True
 
 
 def test_a_forbidden_pattern_that_is_no_regex_is_refused_with_the_task() -> None:

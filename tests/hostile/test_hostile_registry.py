@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.registry import Registry
+from flywheel.tasks.release.registry import Registry
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
 FIELDS = {"name": "tool_call-policy", "base_model": {"ref": "embedded", "hash": "b" * 64},
@@ -23,7 +23,7 @@ TRIALS = 5
 RACER = """
 import os, sys, time
 from pathlib import Path
-from tasks.registry import Registry
+from flywheel.tasks.release.registry import Registry
 reg, action, ref, go = Registry(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
 Path(sys.argv[5]).touch()
 while not go.exists():

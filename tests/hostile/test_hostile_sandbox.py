@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import descendants, sandbox_processes
-from schemas import Task
-from verifiers import code
-from verifiers.sandbox import Limits, run_code
+from flywheel.schemas import Task
+from flywheel.verifiers import code
+from flywheel.verifiers.sandbox import Limits, run_code
 
 TESTS = [([[3, 8, 12]], [3, 12]), ([[]], []), ([[9]], [9]), ([[1, 2]], [])]
 EXPECTED = [expected for _, expected in TESTS]

@@ -26,10 +26,10 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import silent_listener, within
-from schemas import Task, ToolSpec, Verdict
-from tasks.seeds import env_paths, load_seeds, load_tools, seed_task
-from verifiers import bounds, cli, judge, tool_call, workplace
-from verifiers import math as math_verifier
+from flywheel.schemas import Task, ToolSpec, Verdict
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
+from flywheel.verifiers import bounds, cli, judge, tool_call, workplace
+from flywheel.verifiers import math as math_verifier
 
 ROOT = Path(__file__).resolve().parents[2]
 FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
@@ -348,8 +348,8 @@ def test_a_judge_that_trickles_bytes_is_cut_off_at_its_deadline() -> None:
 
 
 KILLED_PARENT = """
-from schemas import Task
-from verifiers import bounds, math
+from flywheel.schemas import Task
+from flywheel.verifiers import bounds, math
 task = Task.model_validate({"env": "math", "messages": [{"role": "user", "content": "q"}],
                             "reference": {"answer": "3"}, "meta": {"seed_id": "hostile"}})
 math.verify(task, "\\\\boxed{3}")
@@ -517,7 +517,7 @@ def _workers() -> set[int]:
     for children in Path("/proc/self/task").glob("*/children"):
         for pid in children.read_text().split():
             try:
-                if b"verifiers.bounds import serve" in Path(f"/proc/{pid}/cmdline").read_bytes() and running(int(pid)):
+                if b"flywheel.verifiers.bounds import serve" in Path(f"/proc/{pid}/cmdline").read_bytes() and running(int(pid)):
                     found.add(int(pid))
             except OSError:
                 pass

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.files import open_output, write_text_atomic
-from tasks.seeds import seed_task
+from flywheel.tasks.data.seeds import seed_task
+from flywheel.tasks.files import open_output, write_text_atomic
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
 COMMANDS = ("score", "dedupe")

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from schemas import Task, Verdict
-from tasks.policy import Backend, Generation, Request, Sampling, batch_seed, call_arguments, parse_action
-from verifiers.workplace import Session, score_session
+from flywheel.schemas import Task, Verdict
+from flywheel.tasks.inference.policy import Backend, Generation, Request, Sampling, batch_seed, call_arguments, parse_action
+from flywheel.verifiers.workplace import Session, score_session
 
 
 @dataclass(frozen=True)

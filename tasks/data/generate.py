@@ -19,10 +19,10 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from schemas import Message, SeedTask, Task, TaskMeta, ToolSpec
-from tasks.paraphrase import Paraphraser, check_paraphrase
-from tasks.samplers import sample
-from tasks.seeds import format_value, render
+from flywheel.schemas import Message, SeedTask, Task, TaskMeta, ToolSpec
+from flywheel.tasks.data.paraphrase import Paraphraser, check_paraphrase
+from flywheel.tasks.data.samplers import sample
+from flywheel.tasks.data.seeds import format_value, render
 
 GREETINGS = ("", "", "Hi! ", "Quick request: ", "Hello. ", "Hey there. ")
 SIGN_OFFS = ("", "", " Thanks!", " Thank you.", " Appreciate it.", " ASAP please.")

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.hf import HFChatModel
-from tasks.policy import as_text_chat, parse_action
+from flywheel.tasks.inference.hf import HFChatModel
+from flywheel.tasks.inference.policy import as_text_chat, parse_action
 
 
 class ChatMessage(BaseModel):

@@ -13,8 +13,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from tasks.policy import Backend, Request, Sampling, make_backend
-from tasks.seeds import format_value
+from flywheel.tasks.data.seeds import format_value
+from flywheel.tasks.inference.policy import Backend, Request, Sampling, make_backend
 
 INSTRUCTION = (
     "Rewrite the user's request in different words, as a colleague would type it. Keep every name, email "

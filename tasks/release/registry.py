@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas import sha256_text
-from schemas.registry import Event, ModelVersion
-from tasks.publish import file_sha256
+from flywheel.schemas import sha256_text
+from flywheel.schemas.registry import Event, ModelVersion
+from flywheel.tasks.data.publish import file_sha256
 
 
 class RegistryError(ValueError):

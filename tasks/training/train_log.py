@@ -21,20 +21,20 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from schemas import Task
-from tasks.files import write_text_atomic
+from flywheel.schemas import Task
+from flywheel.tasks.files import write_text_atomic
 
 
 class VerifierReward:
     def __init__(self, env: str, threshold: float) -> None:
-        from verifiers import get_verifier
+        from flywheel.verifiers import get_verifier
 
         self.verifier, self.threshold, self.__name__ = get_verifier(env), threshold, f"{env}_reward"
         self.n = self.invalid = self.unsafe = 0
 
     def __call__(self, completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
-        from tasks.metrics import outcome
-        from verifiers.common import as_task, as_text
+        from flywheel.tasks.evaluation.metrics import outcome
+        from flywheel.verifiers.common import as_task, as_text
 
         rewards: list[float | None] = []
         for completion, row in zip(completions, task, strict=True):
@@ -57,9 +57,9 @@ def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, ma
                     threshold: float, temperature: float = 0.7) -> dict[str, float]:
     import polars as pl
 
-    from tasks.hf import HFChatModel
-    from tasks.policy import Sampling, TransformersBackend
-    from tasks.rollouts import rollout_seed, run_batch
+    from flywheel.tasks.evaluation.rollouts import rollout_seed, run_batch
+    from flywheel.tasks.inference.hf import HFChatModel
+    from flywheel.tasks.inference.policy import Sampling, TransformersBackend
 
     was_training = model.training
     model.eval()

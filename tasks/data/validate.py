@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas import Task
-from tasks.generate import reject_row
-from verifiers import get_verifier
-from verifiers.tool_checks import schema_errors
-from verifiers.workplace import trajectory_from_calls
+from flywheel.schemas import Task
+from flywheel.tasks.data.generate import reject_row
+from flywheel.verifiers import get_verifier
+from flywheel.verifiers.tool_checks import schema_errors
+from flywheel.verifiers.workplace import trajectory_from_calls
 
 
 def reference_completion(task: Task) -> str:

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from tasks.dedupe import BandIndex, NearDupParams, band_keys, jaccard, sketch
+from flywheel.tasks.data.dedupe import BandIndex, NearDupParams, band_keys, jaccard, sketch
 
 _WORD = re.compile(r"\w+")
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from schemas import Decision, FailureBucket, FailureExample, Metric, TaskPass, Thresholds, Verdict
+from flywheel.schemas import Decision, FailureBucket, FailureExample, Metric, TaskPass, Thresholds, Verdict
 
 BUCKETS = ("format_error", "wrong_tool", "wrong_args", "unsafe_action", "incomplete", "wrong_result", "verifier_error")
 _BUCKET_OF = {"format_error": "format_error", "no_answer": "format_error", "ambiguous_answer": "format_error",

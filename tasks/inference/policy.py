@@ -153,7 +153,7 @@ class TransformersBackend:
     name = "transformers"
 
     def __init__(self, model_ref: str | None, batch_size: int = 8, loaded: Any = None) -> None:
-        from tasks.hf import HFChatModel
+        from flywheel.tasks.inference.hf import HFChatModel
 
         self.model = loaded or HFChatModel(model_ref)  # loaded: an HFChatModel already in memory (training)
         self.model_id, self.batch_size = str(self.model.path), batch_size
@@ -184,7 +184,7 @@ class VLLMBackend:
         except ImportError:
             raise RuntimeError("backend 'vllm' needs vLLM in this environment, or .venv-vllm "
                                "(`bash deploy/install.sh --with-vllm`) for the worker process") from None
-        from tasks.models import is_adapter, resolve_model
+        from flywheel.tasks.inference.models import is_adapter, resolve_model
 
         path = resolve_model(model_ref)
         if is_adapter(path):
@@ -285,12 +285,12 @@ def make_backend(kind: str, model: str | None, base_url: str | None = None, *, b
         else:
             import importlib.util
 
-            from tasks.models import resolve_model
+            from flywheel.tasks.inference.models import resolve_model
 
             if importlib.util.find_spec("vllm") is not None:
                 _LOADED[key] = VLLMBackend(model)
             else:
-                from tasks.vllm_worker import VLLMWorker
+                from flywheel.tasks.inference.vllm_worker import VLLMWorker
 
                 _LOADED[key] = VLLMWorker(str(resolve_model(model)))
     return _LOADED[key]

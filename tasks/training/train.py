@@ -27,13 +27,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas import Task
-from schemas.records import MAX_SEED
-from tasks.agent import openai_tools
-from tasks.files import write_text_atomic
-from tasks.policy import as_text_chat
-from tasks.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
-from tasks.validate import reference_completion
+from flywheel.schemas import Task
+from flywheel.schemas.records import MAX_SEED
+from flywheel.tasks.agents.agent import openai_tools
+from flywheel.tasks.data.validate import reference_completion
+from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.inference.policy import as_text_chat
+from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 
 SINGLE_TURN = ("tool_call", "math", "code", "cli")
 
@@ -86,7 +86,7 @@ class TrainConfig(BaseModel):
         if not (Path(self.dataset) / "manifest.json").is_file():
             raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
                              "pass OUT/NAME/VERSION as printed by `flywheel generate`")
-        from tasks.publish import read_manifest
+        from flywheel.tasks.data.publish import read_manifest
 
         env = read_manifest(Path(self.dataset)).env
         if env not in SINGLE_TURN:
@@ -96,7 +96,7 @@ class TrainConfig(BaseModel):
             raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
                              "`flywheel eval --split train`")
         if self.skip_tasks:  # a corrupted file, or one that skips everything: this one line, not a training traceback
-            from tasks.publish import read_split
+            from flywheel.tasks.data.publish import read_split
 
             skip, ids = skip_ids(self.skip_tasks), read_split(Path(self.dataset), "train", ["id"])["id"]
             if not set(ids) - skip:
@@ -121,7 +121,7 @@ def grpo_rows(tasks: list[Task]) -> list[dict[str, Any]]:
 def load_tasks(config: TrainConfig, split: str) -> list[Task]:
     import polars as pl
 
-    from tasks.publish import read_split
+    from flywheel.tasks.data.publish import read_split
 
     frame = read_split(Path(config.dataset), split, ["id", "task"]).sort("id")  # checked against the manifest
     if split == "train" and config.skip_tasks:
@@ -206,7 +206,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     from transformers import PrinterCallback
     from transformers.utils import logging as hf_logging
 
-    from tasks.models import fingerprint, load_causal_lm, resolve_model
+    from flywheel.tasks.inference.models import fingerprint, load_causal_lm, resolve_model
 
     hf_logging.disable_progress_bar()  # progress goes to metrics.jsonl and ``notify``, not to bars on stderr
     datasets.disable_progress_bars()

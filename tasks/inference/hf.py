@@ -26,7 +26,7 @@ class HFChatModel:
     def __init__(self, model_ref: str | None) -> None:
         from transformers.utils import logging as hf_logging
 
-        from tasks.models import load_causal_lm, resolve_model
+        from flywheel.tasks.inference.models import load_causal_lm, resolve_model
 
         hf_logging.disable_progress_bar()  # "Loading weights" bars would break the CLI's progress display
         path = resolve_model(model_ref)

@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
-from schemas.records import Record
-from tasks.seeds import SYSTEM_PROMPTS, first_error
-from verifiers import get_verifier
+from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
+from flywheel.schemas.records import Record
+from flywheel.tasks.data.seeds import SYSTEM_PROMPTS, first_error
+from flywheel.verifiers import get_verifier
 
 SUPPORTED_ENVS = ("tool_call",)
 

@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 from pydantic import ValidationError
 
-from schemas import DatasetManifest
+from flywheel.schemas import DatasetManifest
 
 DATA_FILES = ("train.parquet", "heldout.parquet")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas import CodeTest, Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec
+from flywheel.schemas import CodeTest, Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec
 
-SEEDS_DIR = Path(__file__).resolve().parents[1] / "datasets" / "seeds"
+SEEDS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "seeds"
 SYSTEM_PROMPTS = {
     "tool_call": "You are a workplace assistant. Answer with exactly one JSON object of the form "
                  '{"tool": "<tool name>", "args": {...}} that calls one of the available tools. No other text.',
@@ -132,7 +132,7 @@ def _reference(seed: SeedTask, tools: dict[str, ToolSpec], values: dict[str, Any
         return Reference(answer=solution, entry_point=entry,
                          tests=tuple(reference_outputs(solution, entry, [fill(list(i), values) for i in seed.inputs])))
     if seed.env == "workplace":
-        from verifiers.workplace import Session
+        from flywheel.verifiers.workplace import Session
 
         calls = tuple(ToolCall(tool=c.tool, args=fill(c.args, values)) for c in seed.calls)
         probe = Task(env="workplace", messages=(Message(role="user", content="-"),), tools=tuple(tools[n] for n in seed.tools),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
-from schemas import EvalReport, Metric
-from tasks.files import open_output
+from flywheel.schemas import EvalReport, Metric
+from flywheel.tasks.files import open_output
 
 PLOTTED = ("valid_output_rate", "correct_tool_rate", "correct_args_rate", "execution_success_rate",
            "unsafe_action_rate", "pass@1")

@@ -18,11 +18,11 @@ from typing import Any
 
 import polars as pl
 
-from schemas import Task, Verdict
-from tasks.agent import BackendPolicy, LocalEnv, openai_tools, run_episode
-from tasks.metrics import outcome
-from tasks.policy import Backend, Request, Sampling, completion_text
-from verifiers import get_verifier
+from flywheel.schemas import Task, Verdict
+from flywheel.tasks.agents.agent import BackendPolicy, LocalEnv, openai_tools, run_episode
+from flywheel.tasks.evaluation.metrics import outcome
+from flywheel.tasks.inference.policy import Backend, Request, Sampling, completion_text
+from flywheel.verifiers import get_verifier
 
 ROLLOUT_SCHEMA = {
     "task_id": pl.String, "env": pl.String, "tool": pl.String, "sample": pl.Int64, "seed": pl.Int64,

@@ -1,7 +1,7 @@
 """vLLM in its own virtual environment, driven from the flow's process over a pipe.
 
 vLLM's CPU build needs its own torch/transformers set (DESIGN.md), so on this kind of machine it lives in
-.venv-vllm. ``VLLMWorker`` starts ``python -m tasks.vllm_worker CHECKPOINT`` there; the worker holds one
+.venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker holds one
 ``vllm.LLM`` (``tasks.policy.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
 Protocol: the worker prints ``READY`` once loaded; each request line is ``{"requests": [...], "sampling": {...}}``
 and each answer line ``{"generations": [...]}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
@@ -20,9 +20,12 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from tasks.policy import Generation, Request, Sampling, VLLMBackend
+from flywheel.tasks.inference.policy import Generation, Request, Sampling, VLLMBackend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # holds flows/, tasks/, ...: the checkout, or site-packages/flywheel
+# .venv-vllm has no flywheel installed: the worker maps the flywheel namespace onto ROOT itself, then runs main()
+_BOOT = ("import runpy, sys, types; m = types.ModuleType('flywheel'); m.__path__ = [sys.argv.pop(1)]; "
+         "sys.modules['flywheel'] = m; runpy.run_module('flywheel.tasks.inference.vllm_worker', run_name='__main__')")
 
 
 def vllm_python() -> Path:
@@ -39,8 +42,8 @@ class VLLMWorker:
                                "run `bash deploy/install.sh --with-vllm` (or set FLYWHEEL_VLLM_PYTHON)")
         self.model_id = checkpoint
         self.log = tempfile.NamedTemporaryFile(prefix="flywheel-vllm-", suffix=".log", delete=False)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CONFIGURE_LOGGING": "1"}
-        self.proc = subprocess.Popen([str(python), "-m", "tasks.vllm_worker", checkpoint], cwd=ROOT, env=env, text=True,
+        env = {**os.environ, "VLLM_CONFIGURE_LOGGING": "1"}
+        self.proc = subprocess.Popen([str(python), "-c", _BOOT, str(ROOT), checkpoint], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
         if self._line() != "READY":
