@@ -1,0 +1,60 @@
+"""JSONL input and output at the CLI's edge: lines read as bytes and parsed strictly (orjson), outputs
+written atomically, malformed lines reported (exit 2)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.markup import escape
+
+from flywheel.flows.cli.base import err, explain, fail
+
+
+def read_jsonl(path: Path) -> list[tuple[int, bytes]]:
+    """The non-blank lines with their numbers, as bytes: each is decoded on its own, so one line that is not
+    UTF-8 is a malformed line (exit 2) and the others are still processed."""
+    if not path.exists():
+        fail(f"--input {path} does not exist")
+    if not path.is_file():
+        fail(f"--input {path} is not a file; name a JSONL file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        fail(f"cannot read --input {path}: {exc.strerror or exc}")
+    return [(i, line) for i, line in enumerate(data.splitlines(), start=1) if line.strip()]
+
+
+def parse_line(line: bytes) -> Any:
+    """One JSONL line as strict JSON (RFC 8259 in UTF-8); ValueError with what is wrong and how to fix it."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1}); "
+                         "re-encode the file as UTF-8") from None
+    try:
+        return orjson.loads(text)  # refuses NaN, Infinity, lone surrogates (\ud800) and numbers out of double range
+    except orjson.JSONDecodeError as exc:
+        hint = "; NaN and Infinity are not JSON: write null or a string" if any(
+            w in text for w in ("NaN", "Infinity")) else ""
+        where = re.sub(r"line 1 column (\d+) \(char \d+\)", r"column \1", str(exc))  # the line is one line
+        raise ValueError(f"not JSON: {where}{hint}") from None
+
+
+def write_atomic(path: Path, lines: list[str]) -> None:
+    from flywheel.tasks.files import OutputError, write_text_atomic
+
+    try:
+        write_text_atomic(path, "".join(lines))
+    except OutputError as exc:  # a device, FIFO, folder or full disk: one line, the target untouched
+        fail(explain(exc))
+
+
+def report_bad(bad: list[str], total: int) -> None:
+    for line in bad[:20]:
+        err.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)  # one line each, unwrapped
+    if bad:
+        fail(f"{len(bad)} of {total} input lines malformed (listed above; the others were processed)", code=2)
+

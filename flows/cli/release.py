@@ -1,0 +1,114 @@
+"""Release commands: ``promote`` (the gate), ``rollback`` and ``registry list|show|export``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from flywheel.flows.cli.base import app, err, explain, fail, in_api
+
+REGISTRY = typer.Option(Path("registry"), envvar="FLYWHEEL_REGISTRY", help="Registry folder ($FLYWHEEL_REGISTRY).")
+registry_app = typer.Typer(no_args_is_help=True, help="The model registry: versions, aliases, lineage.")
+app.add_typer(registry_app, name="registry")
+
+
+@app.command()
+def promote(
+    baseline_eval: Path = typer.Option(..., help="`flywheel eval` OUT folder of the baseline."),
+    candidate_eval: Path = typer.Option(..., help="`flywheel eval` OUT folder of the candidate (same tasks and seeds)."),
+    version: str = typer.Option("candidate", help="Version id or alias to promote."),
+    registry: Path = REGISTRY,
+    override: str = typer.Option(None, help="Promote although the gate failed; the reason goes into the audit log."),
+    unsafe_margin: float = typer.Option(0.0, help="Allowed rise of the unsafe-action rate."),
+    invalid_margin: float = typer.Option(0.02, help="Allowed rise of the invalid-output rate."),
+    latency_margin: float = typer.Option(0.25, help="Allowed relative rise of p95 latency."),
+) -> None:
+    """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
+    from flywheel.flows.promote import load_evals, promote_model
+    from flywheel.tasks.release.gate import GateConfig
+    from flywheel.tasks.release.registry import Registry
+
+    try:
+        config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, latency_margin=latency_margin)
+        Registry(registry).version(version)  # an unknown --version and unusable evals fail before any flow run
+        load_evals(str(baseline_eval), str(candidate_eval))
+        summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
+                                                override))
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(explain(exc))
+    lo, hi = summary["success_ci"]
+    err.print(f"gate {'passed' if summary['passed'] else 'REJECTED'}: success {summary['success_delta']:+.3f} "
+              f"[{lo:+.3f}, {hi:+.3f}]; report {summary['report']}", highlight=False)
+    for failure in summary["failures"]:
+        err.print(f"  failed: {failure}", highlight=False)
+    if summary["event"] is None:
+        fail(f"production not moved: the gate rejected {summary['version']} (--override REASON to force)")
+    typer.echo(f"production -> {summary['version']}")
+
+
+@app.command()
+def rollback(registry: Path = REGISTRY) -> None:
+    """Move production back to the version it pointed to before the current promotion."""
+    from flywheel.tasks.release.registry import Registry
+
+    try:
+        event = Registry(registry).rollback()
+    except (ValueError, OSError) as exc:
+        fail(explain(exc))
+    typer.echo(f"production -> {event.version} (was {event.previous})")
+
+
+@registry_app.command("list")
+def registry_list(registry: Path = REGISTRY) -> None:
+    """Versions, aliases and the audit log."""
+    from flywheel.tasks.release.registry import Registry
+
+    try:
+        reg = Registry(registry)
+        events, aliases = reg.events(), reg.aliases()
+    except (ValueError, OSError) as exc:
+        fail(explain(exc))
+    for e in events:
+        extra = f" override={e.override!r}" if e.override else ""
+        typer.echo(f"{e.seq:>4} {e.at} {e.actor:<8} {e.action:<8} {e.version} {e.alias or ''}{extra}")
+    typer.echo(" ".join(f"{k}={v}" for k, v in sorted(aliases.items())) or "(empty registry)")
+
+
+@registry_app.command("show")
+def registry_show(ref: str = typer.Argument("production", help="Version id or alias."), registry: Path = REGISTRY) -> None:
+    """A version's lineage as JSON: files and hashes, base model, dataset and seeds, verifiers, training, eval."""
+    from flywheel.tasks.release.lineage import lineage
+    from flywheel.tasks.release.registry import Registry
+
+    try:
+        reg = Registry(registry)
+        version = reg.version(ref)
+    except (ValueError, OSError) as exc:
+        fail(explain(exc))
+    typer.echo(json.dumps(lineage(reg, version), indent=2))
+
+
+@registry_app.command("export")
+def registry_export(
+    ref: str = typer.Argument("production", help="Version id or alias."),
+    out: Path = typer.Option(..., help="Target folder (must not exist)."),
+    merged: bool = typer.Option(False, help="Write one merged checkpoint (base + LoRA) instead of the adapter."),
+    registry: Path = REGISTRY,
+) -> None:
+    """What a serving stack loads: the PEFT adapter folder (base model named inside), or a merged checkpoint."""
+    from flywheel.tasks.inference.models import export_version
+    from flywheel.tasks.release.registry import Registry
+
+    try:
+        reg = Registry(registry)
+        version = reg.version(ref)
+        if reg.verify_files(version):
+            raise ValueError(f"{version.id}: files changed since registration: {reg.verify_files(version)}")
+        export_version(reg.path(version) / version.adapter, out, merged)
+    except (ValueError, OSError) as exc:
+        fail(explain(exc))
+    typer.echo(str(out))
+

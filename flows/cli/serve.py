@@ -1,0 +1,59 @@
+"""Serving commands: ``serve`` (a checkpoint over an OpenAI-compatible API) and ``serve-env`` (an environment
+as a resources server)."""
+
+from __future__ import annotations
+
+import typer
+
+from flywheel.flows.cli.base import app, err, explain, fail
+
+
+@app.command()
+def serve(
+    model: str = typer.Option(None, help="Checkpoint folder (default: the embedded SmolLM2-135M-Instruct)."),
+    name: str = typer.Option("flywheel-policy", help="Model name the server answers to."),
+    host: str = typer.Option("127.0.0.1", help="Bind address."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port."),
+) -> None:
+    """Serve a local checkpoint over an OpenAI-compatible API (/v1/chat/completions)."""
+    import uvicorn
+
+    from flywheel.tasks.inference.hf import HFChatModel
+    from flywheel.tasks.inference.serving import create_app
+
+    try:
+        app_ = create_app(HFChatModel(model), name)
+    except (ValueError, RuntimeError, OSError) as exc:
+        fail(explain(exc))
+    err.print(f"serving {name} on http://{host}:{port}/v1", highlight=False)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
+@app.command("serve-env")
+def serve_env(
+    env: str = typer.Option("workplace", help="Environment to serve (workplace)."),
+    host: str = typer.Option("127.0.0.1", help="Bind address."),
+    port: int = typer.Option(8100, help="Port."),
+    max_sessions: int = typer.Option(4096, min=1, help="Open sessions allowed at once (429 beyond)."),
+    session_ttl: float = typer.Option(600.0, min=0.001, help="Seconds a session may sit untouched before it is dropped."),
+    session_max_age: float = typer.Option(3600.0, min=0.001, help="Seconds after seeding when a session is dropped "
+                                                                  "even if kept busy (404 expired)."),
+    max_body_kb: int = typer.Option(256, min=1, help="Largest request body in KB (413 beyond)."),
+    max_session_kb: int = typer.Option(256, min=1, help="Largest session in KB of memory: task, state and call log, "
+                                                        "sized as JSON plus 96 bytes per value and key (413 for a "
+                                                        "task over it; a call that would pass it is refused)."),
+) -> None:
+    """Serve an environment as a resources server: /seed_session, one endpoint per tool, /verify.
+
+    Sessions hold at most --max-sessions x --max-session-kb of data: 4096 x 256 KB = 1 GiB by default."""
+    import uvicorn
+
+    from flywheel.verifiers.envs.workplace.workplace_server import Limits, create_app
+
+    if env != "workplace":
+        fail(f"--env {env!r} has no resources server; serve-env serves: workplace")
+    limits = Limits(max_sessions=max_sessions, session_ttl_s=session_ttl, session_max_age_s=session_max_age,
+                    max_body_kb=max_body_kb, max_session_kb=max_session_kb)
+    err.print(f"serving the {env} environment on http://{host}:{port} (docs at /docs)", highlight=False)
+    uvicorn.run(create_app(limits), host=host, port=port, log_level="warning")
+

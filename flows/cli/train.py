@@ -1,0 +1,107 @@
+"""Training commands: ``train`` (one LoRA adapter, evaluated and registered) and ``run`` (the whole loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, with_progress
+
+
+@app.command()
+def train(
+    dataset: Path = typer.Option(..., help="A published dataset version folder (OUT/NAME/VERSION)."),
+    out: Path = typer.Option(..., help="Output folder: adapter/, checkpoints/, metrics.jsonl, train_log.json, eval/."),
+    method: str = typer.Option("grpo", help="sft (reference answers) | grpo (verifier rewards)."),
+    model: str = typer.Option(None, help="Base checkpoint, or a PEFT adapter to keep training (e.g. the SFT adapter); "
+                                         "default: the embedded model."),
+    skip_tasks: Path = typer.Option(None, help="per_task.parquet of `flywheel eval --split train --samples K`: "
+                                               "tasks always or never solved are left out."),
+    limit: int = typer.Option(None, help="Train on the first N train tasks (ordered by id)."),
+    max_steps: int = typer.Option(20, help="Optimizer steps."),
+    batch_size: int = typer.Option(8, help="SFT: rows per step; GRPO: completions per step (a multiple of "
+                                           "--num-generations)."),
+    learning_rate: float = typer.Option(1e-4, help="Learning rate."),
+    lora_r: int = typer.Option(16, help="LoRA rank."),
+    num_generations: int = typer.Option(8, help="GRPO: completions per prompt."),
+    loss_type: str = typer.Option("dapo", help="GRPO loss: grpo | dapo | dr_grpo | gspo (sequence-level IS)."),
+    beta: float = typer.Option(0.0, help="GRPO: KL coefficient."),
+    max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
+    eval_interval: int = typer.Option(10, help="Held-out reward and success every N steps."),
+    eval_limit: int = typer.Option(32, help="Held-out tasks in the periodic checks and the final eval."),
+    save_steps: int = typer.Option(10, help="Checkpoint every N steps (a killed run resumes from the last one)."),
+    seed: int = typer.Option(0, help="Training and rollout seed."),
+    registry: Path = typer.Option(None, envvar="FLYWHEEL_REGISTRY", help="Register the adapter here as the candidate."),
+    parent: str = typer.Option(None, help="Registry version the --model adapter came from (lineage)."),
+) -> None:
+    """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
+    from flywheel.flows.config import EvalConfig
+    from flywheel.tasks.inference.models import resolve_model
+    from flywheel.tasks.training.train import TrainConfig
+
+    try:
+        config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
+                             skip_tasks=str(skip_tasks) if skip_tasks else None, max_steps=max_steps,
+                             batch_size=batch_size, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2 * lora_r,
+                             num_generations=num_generations, loss_type=loss_type, beta=beta,
+                             max_completion_length=max_completion_length, eval_interval=eval_interval,
+                             eval_limit=eval_limit, save_steps=save_steps, seed=seed)
+        resolve_model(model)  # a bad --model fails before any flow run starts
+        if registry and parent:  # so does an unknown --parent (it would only fail at registration, after training)
+            from flywheel.tasks.release.registry import Registry
+
+            Registry(registry).version(parent)
+        evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
+                                max_tokens=max_completion_length)
+        check_output(out, "--out", folder_wanted=True)
+        from flywheel.flows.train import train_policy  # TRL and the eval flow: imported once every check has passed
+
+        summary = in_api(lambda: train_policy(config, evaluation, str(registry) if registry else None, parent))
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(explain(exc))
+    success = summary["metrics"].get("success_rate") or {}
+    err.print(f"trained {len(summary['history'])} steps in {summary['train_s']:.0f} s; held-out success "
+              f"{success.get('value')} [{success.get('lo')}, {success.get('hi')}]; eval {summary['eval']}", highlight=False)
+    if summary["version"]:
+        err.print(f"registered {summary['version']} as candidate in {registry}", highlight=False)
+    typer.echo(summary["adapter"])
+
+
+@app.command("run")
+def run_(
+    out: Path = typer.Option(Path("flywheel-run"), help="Everything lands here: datasets/, eval-baseline/, sft/, grpo/, "
+                                                         "registry/, summary.md, summary.json."),
+    seed: int = typer.Option(0, help="Run seed: dataset rows, rollouts and training derive from it."),
+    n: int = typer.Option(300, "--n", help="Dataset rows (train + held-out)."),
+    eval_limit: int = typer.Option(48, help="Held-out tasks in every eval (the gate's sample)."),
+    sft_steps: int = typer.Option(60, help="SFT steps (only when the baseline decision is SFT)."),
+    grpo_steps: int = typer.Option(4, help="GRPO steps."),
+    num_generations: int = typer.Option(8, help="GRPO completions per prompt."),
+    max_tokens: int = typer.Option(64, help="Max new tokens per completion (training and eval)."),
+    train_limit: int = typer.Option(None, help="Train on the first N train tasks only."),
+    gpu_pool: str = typer.Option(None, help="Run training and promotion as deployments on this work pool "
+                                            "(needs PREFECT_API_URL of a deploy/start.sh server)."),
+    dask_address: str = typer.Option(None, help="Dask scheduler for the dataset stages."),
+) -> None:
+    """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
+    from flywheel.flows.pipeline import RunConfig, run_pipeline
+
+    try:
+        config = RunConfig(out=str(out), seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
+                           grpo_steps=grpo_steps, num_generations=num_generations, max_tokens=max_tokens,
+                           train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address)
+        summary = with_progress(lambda: run_pipeline(config))
+    except (ValueError, RuntimeError, OSError, ValidationError) as exc:
+        fail(explain(exc))
+    err.print(f"dataset   {summary['dataset']}", highlight=False)
+    for name, e in summary["evals"].items():
+        err.print(f"eval      {name}: {e['report']}", highlight=False)
+    for name, s in summary["stages"].items():
+        err.print(f"{name:<9} adapter {s['adapter']} -> registry version {s['version']}", highlight=False)
+    err.print(f"registry  {summary['registry']} (flywheel registry show production --registry ...)", highlight=False)
+    typer.echo((out / "summary.md").read_text(encoding="utf-8"))
+    if not summary["gate"]["passed"]:
+        fail("the gate rejected the trained model: production was not moved (see the gate report above)")
+
