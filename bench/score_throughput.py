@@ -21,7 +21,7 @@ from flywheel.schemas import Task
 from flywheel.tasks.data.generate import generate_candidates
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
 from flywheel.tasks.data.validate import reference_completion
-from flywheel.verifiers.tool_call import verify
+from flywheel.verifiers.envs.tool_call.tool_call import verify
 
 
 def completions(task: Task, i: int) -> str:

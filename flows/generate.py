@@ -53,6 +53,7 @@ from flywheel.tasks.data.publish import publish
 from flywheel.tasks.data.quality import QualityParams, failed_expectations, run_suite
 from flywheel.tasks.data.seeds import env_paths
 from flywheel.tasks.data.split import contamination, split_table
+from flywheel.verifiers.envs import get_env
 
 FINAL_SCHEMA = {**ACCEPTED_SCHEMA, "group_id": pl.String, "split": pl.String}
 
@@ -184,7 +185,7 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
     seeds_path, tools_path = env_paths(config.env, Path(config.seeds_dir))
     tools, seeds = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
-    strata = tuple(sorted(tools)) if config.env == "tool_call" else tuple(sorted({s.category for s in seeds}))
+    strata = get_env(config.env).strata(seeds, tools)
     seeds_hash = files_hash([p for p in (seeds_path, tools_path) if p.is_file()])
     log, cache = RunLog(), str(config.cache_path)
     with dask_client(config.workers, config.dask_address):

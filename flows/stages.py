@@ -37,6 +37,7 @@ from flywheel.tasks.data.paraphrase import make_paraphraser
 from flywheel.tasks.data.publish import read_split
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.tasks.data.validate import validate_rows
+from flywheel.verifiers.envs import env_names, get_env
 
 CODE_VERSION = code_version()
 # TASK_SOURCE covers only the task's own body; the code version covers the pure functions it calls.
@@ -61,9 +62,9 @@ def run_stage(stage: Any, *args: Any, hits: list[str], walls: dict[str, float] |
 
 
 def load_env(seeds_dir: str, env: str) -> tuple[dict[str, Any], list[Any]]:
-    """The env's tool catalog (tool_call only) and seeds; errors name the file and what to fix."""
+    """The env's tool catalog (required where its spec has one) and seeds; errors name the file and what to fix."""
     seeds_path, tools_path = env_paths(env, Path(seeds_dir))
-    if env == "tool_call" and not tools_path.is_file():
+    if env in env_names() and get_env(env).tools_path is not None and not tools_path.is_file():
         raise ValueError(f"no tool catalog for env {env!r} at {tools_path}")
     tools = load_tools(tools_path) if tools_path.is_file() else {}
     return tools, load_seeds(seeds_path, tools)

@@ -147,7 +147,7 @@ def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, b
     from flywheel.tasks.data.validate import reference_completion
     from flywheel.tasks.evaluation.metrics import outcome
     from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, _row, plan
-    from flywheel.verifiers import tool_call
+    from flywheel.verifiers.envs.tool_call import tool_call
 
     tools, seeds = catalog
     tasks = [seed_task(s, tools) for s in seeds if s.call][:limit]

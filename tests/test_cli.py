@@ -78,10 +78,10 @@ def test_generate_bad_options_fail_fast(tmp_path) -> None:
 
 
 def test_generate_names_a_bad_seed_line_before_starting_anything(tmp_path, catalog) -> None:
-    from flywheel.tasks.data.seeds import SEEDS_DIR
+    from flywheel.tasks.data.seeds import env_paths
 
-    (tmp_path / "tool_call.tools.json").write_text((SEEDS_DIR / "tool_call.tools.json").read_text())
-    good = (SEEDS_DIR / "tool_call.jsonl").read_text().splitlines()[0]
+    (tmp_path / "tool_call.tools.json").write_text(env_paths("tool_call")[1].read_text())
+    good = env_paths("tool_call")[0].read_text().splitlines()[0]
     (tmp_path / "tool_call.jsonl").write_text(good + "\n" + good.replace('"templates"', '"templatez"') + "\n")
     result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--seeds-dir", str(tmp_path)])
     assert result.exit_code == 1 and "tool_call.jsonl:2: " in result.output
@@ -111,7 +111,7 @@ def test_profile_reward_reports_histogram_classes_and_samples(tmp_path) -> None:
 
 def test_score_and_profile_replay_workplace_trajectories(tmp_path) -> None:
     from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
-    from flywheel.verifiers.workplace import trajectory_from_calls
+    from flywheel.verifiers.envs.workplace.workplace import trajectory_from_calls
 
     tools = load_tools(env_paths("workplace")[1])
     task = seed_task(load_seeds(env_paths("workplace")[0], tools)[0], tools)

@@ -17,6 +17,7 @@ import pytest
 from flywheel.flows.config import GenerateConfig
 from flywheel.flows.generate import DatasetError, run_generate
 from flywheel.tasks.data.publish import read_manifest
+from flywheel.tasks.data.seeds import env_paths
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 STAGES = ["generate-variants", "exact-dedupe", "validate", "near-dedupe", "quality-suite", "split-decontaminate"]
@@ -57,11 +58,11 @@ def test_rerun_is_served_from_cache_and_late_change_recomputes_only_its_stage(tm
 
 
 def test_zero_accepted_rows_fail_with_reason_counts(tmp_path) -> None:
-    seeds_dir = Path(GenerateConfig(n=1, out="x").seeds_dir)
+    seeds_path, tools_path = env_paths("tool_call", GenerateConfig(n=1, out="x").seeds_dir)
     bad = tmp_path / "seeds"
     bad.mkdir()
-    shutil.copy(seeds_dir / "tool_call.tools.json", bad)
-    seed = json.loads((seeds_dir / "tool_call.jsonl").read_text().splitlines()[3])  # cal-list-1: {"date": "{date}"}
+    shutil.copy(tools_path, bad / "tool_call.tools.json")
+    seed = json.loads(seeds_path.read_text().splitlines()[3])  # cal-list-1: {"date": "{date}"}
     seed["slots"] = {"date": "time"}  # a time where the schema wants a date: every reference breaks the schema
     (bad / "tool_call.jsonl").write_text(json.dumps(seed) + "\n")
     with pytest.raises(DatasetError, match=r"0 rows accepted out of 20 candidates.*validate:args_schema_violation"):

@@ -17,7 +17,7 @@ from flywheel.tasks.data.seeds import seed_task
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.evaluation.metrics import Bootstrap, decide, outcome, pass_at_k, summarize
 from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, _row, plan
-from flywheel.verifiers import tool_call
+from flywheel.verifiers.envs.tool_call import tool_call
 
 
 @pytest.mark.parametrize(("n", "c", "k"), [(5, 0, 1), (5, 2, 1), (5, 2, 3), (6, 1, 6), (4, 4, 2), (8, 3, 4)])

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from conftest import sandbox_processes
 from flywheel.schemas import Task, Verdict
-from flywheel.verifiers import code
+from flywheel.verifiers.envs.code import code
 from flywheel.verifiers.sandbox import Limits, run_code
 
 HOSTILE = {
@@ -150,7 +150,7 @@ def test_the_default_budget_leaves_one_process_room_for_real_work() -> None:
 
 VERIFY_IN_A_CHILD = """import sys
 from flywheel.schemas import Task
-from flywheel.verifiers import code
+from flywheel.verifiers.envs.code import code
 print(code.verify(Task.model_validate_json(sys.argv[1]), sys.argv[2]).model_dump_json())
 """
 

@@ -11,14 +11,19 @@ import pytest
 from flywheel.schemas import Task
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.verifiers import VERIFIERS, get_verifier
+from flywheel.verifiers.envs import env_names, get_env
 
-CASES_DIR = Path(__file__).resolve().parents[1] / "verifiers" / "cases"
+CASES_DIR = Path(__file__).resolve().parents[1] / "verifiers" / "cases"  # verifiers that are not envs (judge)
+
+
+def cases_path(name: str) -> Path:
+    return get_env(name).cases_path if name in env_names() else CASES_DIR / f"{name}.jsonl"
 
 
 def load_cases() -> list[tuple[str, dict]]:
     cases = []
     for name in sorted(VERIFIERS):
-        for line in (CASES_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
+        for line in cases_path(name).read_text(encoding="utf-8").splitlines():
             case = json.loads(line)
             cases.append(pytest.param(name, case, id=f"{name}:{case['name']}"))
     return cases
@@ -64,13 +69,13 @@ def test_golden_case(verifier: str, case: dict, catalog) -> None:
 
 def test_case_files_cover_every_kind() -> None:
     for name in VERIFIERS:
-        names = [json.loads(line)["name"] for line in (CASES_DIR / f"{name}.jsonl").read_text().splitlines()]
+        names = [json.loads(line)["name"] for line in cases_path(name).read_text().splitlines()]
         for kind in ("full", "partial", "zero", "malformed", "hack", "determinism", "verifier error"):
             assert any(n.startswith(kind) for n in names), f"{name} has no {kind!r} golden case"
 
 
 def test_trl_reward_function_form(catalog) -> None:
-    from flywheel.verifiers.tool_call import tool_call_reward
+    from flywheel.verifiers.envs.tool_call.tool_call import tool_call_reward
 
     tools, seeds = catalog
     task = seed_task(seeds[0], tools)
@@ -86,7 +91,7 @@ def test_trl_reward_function_form(catalog) -> None:
 
 
 def test_cli_reward_function_form() -> None:
-    from flywheel.verifiers.cli import cli_reward
+    from flywheel.verifiers.envs.cli.cli import cli_reward
 
     task = Task.model_validate({"env": "cli", "messages": [{"role": "user", "content": "List /tmp."}],
                                 "reference": {"answer": "ls /tmp"}, "meta": {"seed_id": "t"}})

@@ -16,7 +16,7 @@ from flywheel.tasks.agents.agent import BackendPolicy, HTTPEnv, LocalEnv, Policy
 from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.tasks.inference.policy import OpenAIBackend, Sampling, parse_action
-from flywheel.verifiers import workplace
+from flywheel.verifiers.envs.workplace import workplace
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -60,3 +61,14 @@ def guarded_verify(name: str, version: str, score: Callable[[Task, str], Verdict
     except Exception as err:  # the verifier failed, not the sample: report it as data, keep the run going
         return Verdict(reward=None, valid=False, failure_class="verifier_error", details=f"{type(err).__name__}: {err}",
                        verifier=name, verifier_version=version)
+
+
+def call_arguments(tool_call: dict[str, Any]) -> Any:
+    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is."""
+    raw = tool_call.get("function", {}).get("arguments", {})
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return raw

@@ -20,7 +20,7 @@ import httpx
 
 from flywheel.schemas import Task, Verdict
 from flywheel.tasks.inference.policy import Backend, Generation, Request, Sampling, batch_seed, call_arguments, parse_action
-from flywheel.verifiers.workplace import Session, score_session
+from flywheel.verifiers.envs.workplace.workplace import Session, score_session
 
 
 @dataclass(frozen=True)

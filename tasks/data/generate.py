@@ -23,6 +23,7 @@ from flywheel.schemas import Message, SeedTask, Task, TaskMeta, ToolSpec
 from flywheel.tasks.data.paraphrase import Paraphraser, check_paraphrase
 from flywheel.tasks.data.samplers import sample
 from flywheel.tasks.data.seeds import format_value, render
+from flywheel.verifiers.envs import get_env
 
 GREETINGS = ("", "", "Hi! ", "Quick request: ", "Hello. ", "Hey there. ")
 SIGN_OFFS = ("", "", " Thanks!", " Thank you.", " Appreciate it.", " ASAP please.")
@@ -55,8 +56,9 @@ def make_request(seed: SeedTask, values: dict[str, Any], rng: random.Random) -> 
 
 
 def stratum(seed: SeedTask) -> str:
-    """What the split and the quality suite balance on: the expected tool in tool_call, else the category."""
-    return seed.call.tool if seed.env == "tool_call" and seed.call is not None else seed.category
+    """What the split and the quality suite balance on (the env's ``stratum``: the expected tool in tool_call,
+    the category by default)."""
+    return get_env(seed.env).stratum(seed)
 
 
 def balanced(seeds: Sequence[SeedTask]) -> list[SeedTask]:
@@ -91,14 +93,15 @@ def _candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], ru
 
 def task_row(task: Task, k: int) -> dict[str, Any]:
     """The flat row every stage works on; ``task`` keeps the full Task JSON. ``tool`` is the expected tool,
-    or the seed's category in every other env (workplace tasks call several tools): the split stratifies on it."""
+    or the seed's category (the env's ``task_stratum``; workplace tasks call several tools): the split stratifies
+    on it."""
     return {
         "k": k,
         "id": task.id,
         "env": task.env,
         "seed_id": task.meta.seed_id,
         "category": task.meta.category,
-        "tool": task.reference.calls[0].tool if task.env == "tool_call" else task.meta.category,
+        "tool": get_env(task.env).task_stratum(task),
         "prompt": task.prompt,
         "row_seed": task.meta.row_seed,
         "task": task.model_dump_json(),

@@ -24,10 +24,11 @@ from pydantic import Field, ValidationError
 
 from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
 from flywheel.schemas.records import Record
-from flywheel.tasks.data.seeds import SYSTEM_PROMPTS, first_error
+from flywheel.tasks.data.seeds import first_error
 from flywheel.verifiers import get_verifier
+from flywheel.verifiers.envs import env_names, get_env
 
-SUPPORTED_ENVS = ("tool_call",)
+SUPPORTED_ENVS = tuple(name for name in env_names() if get_env(name).ingest)  # the spec's ``ingest``
 
 
 class Outcome(Record):
@@ -128,7 +129,7 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec]) -> dict[str, Any]:
     unknown = [n for n in _tool_names(traj, calls) if n not in catalog]
     if unknown:
         return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}
-    messages = (Message(role="system", content=SYSTEM_PROMPTS[traj.env]), Message(role="user", content=user))
+    messages = (Message(role="system", content=get_env(traj.env).system_prompt), Message(role="user", content=user))
     task = Task(env=traj.env, messages=messages,
                 tools=tuple(catalog[n] for n in _tool_names(traj, calls)), reference=Reference(calls=calls),
                 meta=TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression"))

@@ -6,27 +6,20 @@ rendering is a pure function of (seed, template index, slot values).
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from flywheel.schemas import CodeTest, Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec
+from flywheel.schemas import SeedTask, Task, TaskMeta, ToolSpec
+from flywheel.verifiers import envs
+from flywheel.verifiers.envs import env_names, get_env
+from flywheel.verifiers.render import fill, format_value, reference_answer  # noqa: F401  (re-exported)
 
-SEEDS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "seeds"
-SYSTEM_PROMPTS = {
-    "tool_call": "You are a workplace assistant. Answer with exactly one JSON object of the form "
-                 '{"tool": "<tool name>", "args": {...}} that calls one of the available tools. No other text.',
-    "math": "Solve the problem step by step. Put the final answer in \\boxed{}.",
-    "cli": "You are a shell assistant. Answer with exactly one shell command on one line and nothing else.",
-    "code": "Write the Python function the user asks for. Answer with one ```python code block that defines it; "
-            "use only the standard library.",
-    "workplace": "You are a workplace assistant with access to the company's mail, calendar, projects and CRM "
-                 "through tools. Look up what you need, make the requested changes with tool calls, then reply "
-                 "with a one-line plain-text summary. Never delete or cancel anything you were not asked to.",
-}
+# The default seeds location: each env's own folder (``verifiers/envs/ENV/seeds.jsonl`` and ``tools.json``). Any
+# other folder passed as ``seeds_dir`` (``--seeds-dir``) overrides it, holding ENV.jsonl and ENV.tools.json.
+SEEDS_DIR = Path(envs.__file__).resolve().parent
 
 
 class SeedError(ValueError):
@@ -52,23 +45,27 @@ def load_tools(path: Path) -> dict[str, ToolSpec]:
 
 def load_seeds(path: Path, tools: dict[str, ToolSpec]) -> list[SeedTask]:
     """Parse a seed JSONL file (its name gives the env); unknown tools and duplicate ids are errors too."""
+    env = path.parent.name if path.name == "seeds.jsonl" else path.name.removesuffix(".jsonl")
     if not path.is_file():
-        known = sorted(p.stem for p in path.parent.glob("*.jsonl"))
+        known = sorted(p.stem for p in path.parent.glob("*.jsonl")) or list(env_names())
         raise SeedError(f"{path}: seed file not found; envs with seeds there: {', '.join(known)}")
-    env = path.name.removesuffix(".jsonl")
-    if env not in SYSTEM_PROMPTS:
-        raise SeedError(f"{path}: no verifier for env {env!r}; seed files are named after one of {sorted(SYSTEM_PROMPTS)}")
+    if env not in env_names():
+        raise SeedError(f"{path}: no verifier for env {env!r}; seed files are named after one of {list(env_names())}")
+    spec = get_env(env)
     seeds: list[SeedTask] = []
     seen: set[str] = set()
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            seed = SeedTask.model_validate({**json.loads(line), "env": env})
+            seed = spec.seed_model.model_validate({**json.loads(line), "env": env})
+            spec.check_seed(seed)
         except json.JSONDecodeError as err:
             raise SeedError(f"{path}:{lineno}: not JSON: {err}") from None
         except ValidationError as err:
             raise SeedError(f"{path}:{lineno}: {first_error(err)}") from None
+        except ValueError as err:
+            raise SeedError(f"{path}:{lineno}: {err}") from None
         missing = [t for t in seed.tools if t not in tools]
         if missing:
             raise SeedError(f"{path}:{lineno}: tools {missing} are not in the tool catalog")
@@ -81,75 +78,26 @@ def load_seeds(path: Path, tools: dict[str, ToolSpec]) -> list[SeedTask]:
     return seeds
 
 
-def env_paths(env: str, seeds_dir: Path = SEEDS_DIR) -> tuple[Path, Path]:
-    return seeds_dir / f"{env}.jsonl", seeds_dir / f"{env}.tools.json"
-
-
-def format_value(value: Any) -> str:
-    """How a slot value reads in a request (floats keep two decimals)."""
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else f"{value:.2f}"
-    return str(value)
-
-
-def fill(value: Any, values: dict[str, Any]) -> Any:
-    """Substitute slots into a reference argument, keeping a lone slot's type."""
-    if isinstance(value, str):
-        if value.startswith("{") and value.endswith("}") and value[1:-1] in values:
-            return values[value[1:-1]]
-        return value.format(**{k: format_value(v) for k, v in values.items()})
-    if isinstance(value, list):
-        return [fill(v, values) for v in value]
-    if isinstance(value, dict):  # keys too: workplace state tables are keyed by templated record ids
-        return {fill(k, values): fill(v, values) for k, v in value.items()}
-    return value
-
-
-def reference_answer(seed: SeedTask, values: dict[str, Any]) -> str:
-    """The seed's answer template filled in; math expressions are evaluated exactly (our own numbers only)."""
-    text = (seed.answer or "").format(**{k: format_value(v) for k, v in values.items()})
-    if not seed.evaluate:
-        return text
-    import sympy
-
-    return str(sympy.nsimplify(sympy.sympify(text, rational=True)))
-
-
-def reference_outputs(solution: str, entry_point: str, inputs: list[list[Any]]) -> list[CodeTest]:
-    """Expected outputs of a code seed, from its reference solution (seed files are trusted code, like
-    the project's own; candidates' code only ever runs in the sandbox)."""
-    namespace: dict[str, Any] = {"__name__": "__seed__"}
-    exec(compile(solution, f"<seed solution {entry_point}>", "exec"), namespace)  # noqa: S102 - trusted seed code
-    fn = namespace[entry_point]
-    return [CodeTest(args=tuple(args), expected=json.loads(json.dumps(fn(*copy.deepcopy(args))))) for args in inputs]
-
-
-def _reference(seed: SeedTask, tools: dict[str, ToolSpec], values: dict[str, Any]) -> Reference:
-    if seed.env == "tool_call" and seed.call is not None:  # SeedTask's per-env check guarantees the call
-        return Reference(calls=(ToolCall(tool=seed.call.tool, args=fill(seed.call.args, values)),))
-    if seed.env == "code":
-        solution, entry = reference_answer(seed, values), fill(seed.entry_point, values)
-        return Reference(answer=solution, entry_point=entry,
-                         tests=tuple(reference_outputs(solution, entry, [fill(list(i), values) for i in seed.inputs])))
-    if seed.env == "workplace":
-        from flywheel.verifiers.workplace import Session
-
-        calls = tuple(ToolCall(tool=c.tool, args=fill(c.args, values)) for c in seed.calls)
-        probe = Task(env="workplace", messages=(Message(role="user", content="-"),), tools=tuple(tools[n] for n in seed.tools),
-                     reference=Reference(calls=calls, state=fill(seed.state, values)), meta=TaskMeta(seed_id=seed.id))
-        session = Session.seeded(probe)
-        for call in calls:
-            observation = session.call(call.tool, call.args)
-            if "error" in observation:
-                raise SeedError(f"seed {seed.id}: reference call {call.tool} fails: {observation['error']}")
-        return probe.reference.model_copy(update={"final_state": session.state})
-    return Reference(answer=reference_answer(seed, values))
+def env_paths(env: str, seeds_dir: Path | str | None = None) -> tuple[Path, Path]:
+    """The env's seed file and tool catalog path (the catalog may not exist: envs without tools). ``seeds_dir``
+    None or SEEDS_DIR: the env's own folder (from its spec); any other folder: ENV.jsonl and ENV.tools.json there.
+    An unknown env gets paths that do not exist, so loading names the file and the known envs."""
+    if seeds_dir is not None and Path(seeds_dir).resolve() != SEEDS_DIR:
+        return Path(seeds_dir) / f"{env}.jsonl", Path(seeds_dir) / f"{env}.tools.json"
+    if env not in env_names():
+        return SEEDS_DIR / f"{env}.jsonl", SEEDS_DIR / f"{env}.tools.json"
+    spec = get_env(env)
+    return spec.seeds_path, spec.tools_path or spec.seeds_path.with_name("tools.json")
 
 
 def render(seed: SeedTask, tools: dict[str, ToolSpec], request: str, values: dict[str, Any], meta: TaskMeta) -> Task:
-    messages = (Message(role="system", content=SYSTEM_PROMPTS[seed.env]), Message(role="user", content=request))
-    return Task(env=seed.env, messages=messages, tools=tuple(tools[name] for name in seed.tools),
-                reference=_reference(seed, tools, values), meta=meta)
+    """The env's renderer (``EnvSpec.render``); a reference that cannot be built is a SeedError."""
+    try:
+        return get_env(seed.env).render(seed, tools, request, values, meta)
+    except ValidationError:
+        raise
+    except ValueError as err:
+        raise SeedError(str(err)) from None
 
 
 def seed_task(seed: SeedTask, tools: dict[str, ToolSpec]) -> Task:

@@ -20,13 +20,13 @@ import numpy as np
 import polars as pl
 
 from flywheel.schemas import Decision, FailureBucket, FailureExample, Metric, TaskPass, Thresholds, Verdict
+from flywheel.verifiers.envs import env_names, get_env
 
 BUCKETS = ("format_error", "wrong_tool", "wrong_args", "unsafe_action", "incomplete", "wrong_result", "verifier_error")
 _BUCKET_OF = {"format_error": "format_error", "no_answer": "format_error", "ambiguous_answer": "format_error",
               "syntax_error": "format_error", "wrong_tool": "wrong_tool", "wrong_args": "wrong_args",
               "schema_violation": "wrong_args", "unsafe_action": "unsafe_action", "incomplete": "incomplete",
               "verifier_error": "verifier_error", "judge_failed": "verifier_error"}
-_CRASHED = {"syntax_error", "runtime_error", "timeout", "resource_limit"}
 RATES = ("success", "valid_output", "correct_tool", "correct_args", "execution_success", "unsafe")
 RATE_NAMES = {"success": "success_rate", "valid_output": "valid_output_rate", "correct_tool": "correct_tool_rate",
               "correct_args": "correct_args_rate", "execution_success": "execution_success_rate",
@@ -49,22 +49,15 @@ def outcome(env: str, verdict: Verdict, success_threshold: float, stop_reason: s
     ok = verdict.valid and verdict.reward is not None
     success = ok and verdict.reward >= success_threshold  # type: ignore[operator]
     bucket = bucket_of(verdict, success, stop_reason)
-    c, fc = verdict.components, verdict.failure_class
+    fc = verdict.failure_class
     flags: dict[str, Any] = {"success": success if ok else None, "bucket": bucket,
                              "valid_output": (bucket != "format_error") if ok else None,
                              "unsafe": (fc == "unsafe_action") if ok else None,
                              "correct_tool": None, "correct_args": None, "execution_success": None}
     if not ok:
         return flags
-    if env == "tool_call":
-        flags |= {"correct_tool": c.get("tool", 0.0) > 0, "correct_args": c.get("args", 0.0) >= 0.4 - 1e-9,
-                  "execution_success": c.get("safe", 0.0) > 0}
-    elif env == "workplace":
-        flags |= {"correct_tool": bool(tools_expected) and tools_expected <= tools_called,
-                  "execution_success": fc != "format_error" and c.get("tool_errors", 1) == 0}
-    elif env == "code":
-        flags["execution_success"] = fc not in _CRASHED
-    return flags
+    extra = get_env(env).outcome_flags(verdict, tools_called, tools_expected) if env in env_names() else {}
+    return flags | extra
 
 
 def _interval(stats: np.ndarray) -> tuple[float, float]:

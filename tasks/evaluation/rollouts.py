@@ -3,8 +3,8 @@
 Contract:
 - ``plan(task_ids, samples, run_seed)`` lists (task index, sample, seed) in task order; each rollout's seed is
   H(run_seed, task id, sample), so a rollout's seed never depends on batching, limits or resumption.
-- ``run_batch`` generates and scores one batch: single-turn envs in one backend call, workplace tasks as agent
-  episodes in a fresh in-process session each (``tasks.agent``). Rows carry the completion (the trajectory's
+- ``run_batch`` generates and scores one batch: single-turn envs in one backend call, multi-turn envs (workplace)
+  as agent episodes in a fresh in-process session each (``tasks.agent``). Rows carry the completion (the trajectory's
   JSON for workplace), the verdict, latency, tokens and the outcome flags of ``tasks.metrics``.
 """
 
@@ -23,6 +23,7 @@ from flywheel.tasks.agents.agent import BackendPolicy, LocalEnv, openai_tools, r
 from flywheel.tasks.evaluation.metrics import outcome
 from flywheel.tasks.inference.policy import Backend, Request, Sampling, completion_text
 from flywheel.verifiers import get_verifier
+from flywheel.verifiers.envs import get_env
 
 ROLLOUT_SCHEMA = {
     "task_id": pl.String, "env": pl.String, "tool": pl.String, "sample": pl.Int64, "seed": pl.Int64,
@@ -32,7 +33,6 @@ ROLLOUT_SCHEMA = {
     "execution_success": pl.Boolean, "unsafe": pl.Boolean, "latency_s": pl.Float64, "prompt_tokens": pl.Int64,
     "completion_tokens": pl.Int64, "finish_reason": pl.String, "steps": pl.Int64,
 }
-MULTI_TURN = {"workplace"}
 
 
 def rollout_seed(run_seed: int, task_id: str, sample: int) -> int:
@@ -89,9 +89,9 @@ def _episode(backend: Backend, item: tuple[Task, str, int, int], sampling: Sampl
 def run_batch(backend: Backend, items: list[tuple[Task, str, int, int]], sampling: Sampling, threshold: float,
               max_steps: int, concurrency: int = 1) -> list[dict[str, Any]]:
     """Rows for (task, tool label, sample, seed) items, in their order."""
-    single = [it for it in items if it[0].env not in MULTI_TURN]
+    single = [it for it in items if not get_env(it[0].env).multi_turn]
     rows = {(r["task_id"], r["sample"]): r for r in (_single_turn(backend, single, sampling, threshold) if single else [])}
-    multi = [it for it in items if it[0].env in MULTI_TURN]
+    multi = [it for it in items if get_env(it[0].env).multi_turn]
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
         for r in pool.map(lambda it: _episode(backend, it, sampling, threshold, max_steps), multi):
             rows[(r["task_id"], r["sample"])] = r

@@ -10,7 +10,7 @@ Contract:
   step's completions, and every ``eval_interval`` steps (and at the last) the held-out reward, success,
   invalid-output and unsafe-action rates of the model being trained (``eval_limit`` held-out tasks, one sample
   each, the rollout seeds ``flywheel eval`` uses).
-- Single-turn envs only (tool_call, math, code, cli): multi-turn workplace episodes are refused with a message.
+- Single-turn envs only (the spec's ``multi_turn``): multi-turn episodes (workplace) are refused with a message.
 - CUDA and bf16 when a GPU is present; the same code runs on CPU.
 """
 
@@ -34,8 +34,12 @@ from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.files import write_text_atomic
 from flywheel.tasks.inference.policy import as_text_chat
 from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
+from flywheel.verifiers.envs import env_names, get_env
 
-SINGLE_TURN = ("tool_call", "math", "code", "cli")
+
+def single_turn_envs() -> tuple[str, ...]:
+    """The envs training supports: every env whose spec is not multi-turn."""
+    return tuple(n for n in env_names() if not get_env(n).multi_turn)
 
 
 def skip_ids(path: str) -> set[str]:
@@ -89,9 +93,9 @@ class TrainConfig(BaseModel):
         from flywheel.tasks.data.publish import read_manifest
 
         env = read_manifest(Path(self.dataset)).env
-        if env not in SINGLE_TURN:
+        if env not in single_turn_envs():
             raise ValueError(f"--dataset {self.dataset} is a {env} dataset: training on multi-turn {env} episodes is "
-                             f"not supported yet; train on a single-turn env ({', '.join(SINGLE_TURN)})")
+                             f"not supported yet; train on a single-turn env ({', '.join(single_turn_envs())})")
         if self.skip_tasks and not Path(self.skip_tasks).is_file():
             raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
                              "`flywheel eval --split train`")
@@ -133,9 +137,10 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
     if frame.height == 0:
         raise ValueError(f"no {split} tasks left to train on (check --skip-tasks and --limit)")
     tasks = [Task.model_validate_json(t) for t in frame["task"]]
-    if any(t.env == "workplace" for t in tasks):
-        raise ValueError("training on multi-turn workplace episodes is not supported yet: train on a single-turn env "
-                         "(tool_call, math, code, cli)")
+    multi = sorted({t.env for t in tasks if get_env(t.env).multi_turn})
+    if multi:
+        raise ValueError(f"training on multi-turn {', '.join(multi)} episodes is not supported yet: train on a "
+                         f"single-turn env ({', '.join(single_turn_envs())})")
     return tasks
 
 

@@ -224,6 +224,8 @@ def test_generate_refuses_huge_counts_and_corrupted_parents_before_any_flow(tmp_
 def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
     """In-process (the training stack is imported once); the first case also through the real entry point, where
     a flow run's failure used to print Prefect's traceback before the message."""
+    from flywheel.tasks.training.train import single_turn_envs
+
     tool, workplace = _tiny_dataset(tmp_path / "ds", "tool_call"), _tiny_dataset(tmp_path / "ds", "workplace")
     garbage = tmp_path / "per_task.parquet"
     garbage.write_bytes(b"PAR1" + os.urandom(100))
@@ -232,7 +234,7 @@ def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
     out = str(tmp_path / "o")
     cases = [(["train", "--dataset", str(workplace), "--out", out],
               f"error: --dataset {workplace} is a workplace dataset: training on multi-turn workplace episodes is not "
-              "supported yet; train on a single-turn env (tool_call, math, code, cli)"),
+              f"supported yet; train on a single-turn env ({', '.join(single_turn_envs())})"),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(garbage)],
               f"error: --skip-tasks {garbage} is not a per_task.parquet with task_id and mark columns ("),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(every)],

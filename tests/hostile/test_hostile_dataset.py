@@ -20,6 +20,7 @@ from flywheel.flows.config import EvalConfig
 from flywheel.flows.eval import load_split
 from flywheel.flows.stages import reference_texts
 from flywheel.tasks.data.publish import DATA_FILES, content_hash, file_sha256, read_manifest
+from flywheel.tasks.data.seeds import SEEDS_DIR
 from flywheel.tasks.training.train import TrainConfig, load_tasks
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
@@ -104,7 +105,7 @@ def test_training_and_dedupe_against_a_parent_refuse_a_changed_split(copy, tmp_p
         load_tasks(TrainConfig(dataset=str(copy), out=str(tmp_path / "t")), "train")
     assert str(err.value) == expected
     with pytest.raises(ValueError) as err:
-        reference_texts("datasets/seeds", "tool_call", None, (str(copy),))
+        reference_texts(str(SEEDS_DIR), "tool_call", None, (str(copy),))
     assert str(err.value) == expected
 
 

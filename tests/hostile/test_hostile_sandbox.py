@@ -20,7 +20,7 @@ import pytest
 
 from conftest import descendants, sandbox_processes
 from flywheel.schemas import Task
-from flywheel.verifiers import code
+from flywheel.verifiers.envs.code import code
 from flywheel.verifiers.sandbox import Limits, run_code
 
 TESTS = [([[3, 8, 12]], [3, 12]), ([[]], []), ([[9]], [9]), ([[1, 2]], [])]

@@ -18,7 +18,7 @@ from conftest import cli_server
 from flywheel.schemas import Task
 from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
-from flywheel.verifiers.workplace_server import ENTRY_BYTES, capped_call, held_size, json_size, seeded_slot
+from flywheel.verifiers.envs.workplace.workplace_server import ENTRY_BYTES, capped_call, held_size, json_size, seeded_slot
 
 TTL_S = 1.5
 MAX_SESSIONS = 12

@@ -29,7 +29,7 @@ from conftest import silent_listener, within
 from flywheel.schemas import Task, ToolSpec, Verdict
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.verifiers import bounds, cli, judge, tool_call, workplace
-from flywheel.verifiers import math as math_verifier
+from flywheel.verifiers.envs.math import math as math_verifier
 
 ROOT = Path(__file__).resolve().parents[2]
 FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))

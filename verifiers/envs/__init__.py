@@ -13,6 +13,7 @@ from functools import cache
 from flywheel.verifiers.spec import EnvSpec
 
 
+@cache
 def env_names() -> tuple[str, ...]:
     """The envs, sorted: the subpackages of this package (nothing is imported)."""
     return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg and not m.name.startswith("_")))

@@ -44,7 +44,7 @@ NAME = "math"
 VERSION = "1.1.0"  # 1.1: too_large and timeout (bounded sympy work)
 REL_TOL = 1e-6
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
-LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("flywheel.verifiers.math",))
+LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("flywheel.verifiers.envs.math.math",))
 NAMES = {"sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
          "log": sympy.log, "ln": sympy.log, "exp": sympy.exp, "e": sympy.E}
 _TRANSFORMS = standard_transformations + (implicit_multiplication_application, convert_xor)

@@ -41,8 +41,9 @@ import unicodedata
 from typing import Any
 
 from flywheel.schemas import Task, ToolCall, Verdict
-from flywheel.verifiers import bounds, tool_checks
+from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
+from flywheel.verifiers.envs.tool_call import tool_checks
 
 NAME = "tool_call"
 VERSION = "1.1.0"  # 1.1: too_large, exact number comparison, foreign $ref -> verifier_error

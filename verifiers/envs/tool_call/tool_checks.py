@@ -21,7 +21,7 @@ lookarounds), and a linear engine (RE2) differs from ``re`` in syntax and
 answers, so the bound is by provenance:
 - A tool spec is *trusted* when its ``parameters`` are byte-identical (as
   canonical JSON) to a schema of the shipped catalogs
-  (``datasets/seeds/*.tools.json``) and its forbidden patterns are the
+  (``verifiers/envs/*/tools.json``) and its forbidden patterns are the
   catalogs' too. Every regex there was reviewed (the list is pinned in
   tests/hostile/test_hostile_regex.py): each runs in linear time in ``re``,
   the one that would not (quadratic: 15 s on a 64 KB argument) through its
@@ -54,11 +54,12 @@ import fastjsonschema
 from flywheel.schemas import SafetyRule, Task, ToolCall, ToolSpec, canonical_json
 
 # tool_call as a module, not its names: it imports this module back; normalize is looked up at call time.
-from flywheel.verifiers import bounds, tool_call
+from flywheel.verifiers import bounds
+from flywheel.verifiers.envs.tool_call import tool_call
 
 # One call's schema check and safety rules take microseconds for a sane task; a second of CPU is a runaway regex.
-LIMITS = bounds.Limits(cpu_s=1, wall_s=4.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.tool_checks",))
-SHIPPED_CATALOGS = Path(__file__).resolve().parents[1] / "datasets" / "seeds"
+LIMITS = bounds.Limits(cpu_s=1, wall_s=4.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.tool_call.tool_checks",))
+SHIPPED_CATALOGS = Path(__file__).resolve().parents[1]  # verifiers/envs: every env folder's tools.json
 # Shipped patterns that ``re`` runs in quadratic time (15 s on a 64 KB argument), each with an equivalent linear
 # pattern that the compiled validator matches with instead (the catalog's text cannot change: task ids hash it;
 # error messages keep naming the catalog's pattern). Equivalence, for A = [^@\s]: R matches A+ "\." A+ exactly when
@@ -123,12 +124,12 @@ def _validator(schema_json: str) -> Validator:
 
 
 def _shipped_catalogs(folder: Path) -> tuple[frozenset[str], frozenset[str]]:
-    """The canonical JSON of every tool schema in ``folder/*.tools.json`` and their forbidden patterns. A catalog
+    """The canonical JSON of every tool schema in ``folder/*/tools.json`` and their forbidden patterns. A catalog
     that cannot be read trusts nothing: every task is then checked in a worker (slower, never unbounded)."""
     schemas: set[str] = set()
     patterns: set[str] = set()
     try:
-        for path in sorted(folder.glob("*.tools.json")):
+        for path in sorted(folder.glob("*/tools.json")):
             for spec in json.loads(path.read_text(encoding="utf-8")):
                 schemas.add(canonical_json(spec["parameters"]))
                 patterns.update(r["pattern"] for r in spec.get("safety_rules", ()) if r["kind"] == "forbidden_pattern")

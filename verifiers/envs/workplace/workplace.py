@@ -40,12 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flywheel.schemas import Task, ToolCall, Verdict, canonical_json
-from flywheel.tasks.inference.policy import call_arguments
 from flywheel.verifiers import bounds
-from flywheel.verifiers.common import batch_rewards, guarded_verify
-from flywheel.verifiers.tool_call import normalize
-from flywheel.verifiers.tool_checks import TaskBoundExceeded, checked_call, compile_checks, trusted
-from flywheel.verifiers.workplace_tools import TOOLS, ToolError
+from flywheel.verifiers.common import batch_rewards, call_arguments, guarded_verify
+from flywheel.verifiers.envs.tool_call.tool_call import normalize
+from flywheel.verifiers.envs.tool_call.tool_checks import TaskBoundExceeded, checked_call, compile_checks, trusted
+from flywheel.verifiers.envs.workplace.workplace_tools import TOOLS, ToolError
 
 NAME = "workplace"
 VERSION = "1.1.0"  # 1.1: too_large, bounded untrusted checks, foreign $ref -> verifier_error
@@ -53,7 +52,7 @@ UNSAFE_PENALTY = 0.5
 MAX_CHARS = 1 << 20  # an agent episode of max_steps turns with its observations is a few kilobytes
 MAX_CALLS = 256
 # A replay at the caps takes well under a second; the bound is for a task's runaway regexes (see the contract).
-LIMITS = bounds.Limits(cpu_s=2, wall_s=6.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.workplace",))
+LIMITS = bounds.Limits(cpu_s=2, wall_s=6.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.workplace.workplace",))
 
 
 class FormatError(ValueError):

@@ -1,0 +1,46 @@
+"""The workplace env: a multi-turn agent episode over a simulated company, scored by its final state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flywheel.schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolCall, ToolSpec, Verdict
+from flywheel.verifiers.envs.workplace import workplace
+from flywheel.verifiers.render import fill
+from flywheel.verifiers.spec import EnvSpec, renderer
+
+HERE = Path(__file__).resolve().parent
+PROMPT = ("You are a workplace assistant with access to the company's mail, calendar, projects and CRM "
+          "through tools. Look up what you need, make the requested changes with tool calls, then reply "
+          "with a one-line plain-text summary. Never delete or cancel anything you were not asked to.")
+
+
+def reference(seed: SeedTask, tools: Mapping[str, ToolSpec], values: dict[str, Any]) -> Reference:
+    """The gold calls and initial state, and the golden final state from replaying them; ValueError when a
+    reference call fails."""
+    calls = tuple(ToolCall(tool=c.tool, args=fill(c.args, values)) for c in seed.calls)
+    probe = Task(env=seed.env, messages=(Message(role="user", content="-"),), tools=tuple(tools[n] for n in seed.tools),
+                 reference=Reference(calls=calls, state=fill(seed.state, values)), meta=TaskMeta(seed_id=seed.id))
+    session = workplace.Session.seeded(probe)
+    for call in calls:
+        observation = session.call(call.tool, call.args)
+        if "error" in observation:
+            raise ValueError(f"seed {seed.id}: reference call {call.tool} fails: {observation['error']}")
+    return probe.reference.model_copy(update={"final_state": session.state})
+
+
+def outcome_flags(verdict: Verdict, called: frozenset[str], expected: frozenset[str]) -> dict[str, Any]:
+    return {"correct_tool": bool(expected) and expected <= called,
+            "execution_success": verdict.failure_class != "format_error" and verdict.components.get("tool_errors", 1) == 0}
+
+
+SPEC = EnvSpec(
+    name="workplace", system_prompt=PROMPT, verifier=workplace, verify=workplace.verify,
+    reward_fn=workplace.workplace_reward, render=renderer(PROMPT, reference),
+    reference_completion=lambda task: json.dumps(workplace.trajectory_from_calls(task.reference.calls)),
+    seeds_path=HERE / "seeds.jsonl", tools_path=HERE / "tools.json", cases_path=HERE / "cases.jsonl",
+    multi_turn=True, outcome_flags=outcome_flags, seed_fields=frozenset({"calls", "state"}), hidden_slots=True,
+)
