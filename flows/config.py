@@ -9,7 +9,7 @@ error is one line, never a flow's traceback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -123,3 +123,36 @@ class EvalConfig(BaseModel):
             raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
                              "pass OUT/NAME/VERSION as printed by `flywheel generate`")
         return self
+
+
+class RunConfig(BaseModel):
+    """``flywheel run``: sizes chosen so the whole loop fits in 20 minutes on 2 CPU cores."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    out: str = Field(default="flywheel-run", min_length=1, description="Everything lands here: datasets/, "
+                     "eval-baseline/, sft/, grpo/, registry/, summary.md, summary.json.")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED,
+                      description="Run seed: dataset rows, rollouts and training derive from it.")
+    n: int = Field(default=300, ge=20, le=MAX_ROWS, description="Dataset rows (train + held-out).")
+    workers: int = Field(default=2, ge=1, le=64)
+    eval_limit: int = Field(default=48, ge=4, le=MAX_ROWS, description="Held-out tasks in every eval (the gate's sample).")
+    max_tokens: int = Field(default=64, ge=16, le=8192, description="Max new tokens per completion (training and eval).")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
+                                                                          "differences are the model's, not sampling noise")
+    sft_steps: int = Field(default=60, ge=1, le=100_000, description="SFT steps (only when the baseline decision is SFT).")
+    sft_batch_size: int = Field(default=4, ge=1, le=4096)
+    sft_learning_rate: float = Field(default=1e-3, gt=0)
+    grpo_steps: int = Field(default=4, ge=1, le=100_000, description="GRPO steps.")
+    num_generations: int = Field(default=8, ge=2, le=256, description="GRPO completions per prompt.")
+    grpo_learning_rate: float = Field(default=3e-5, gt=0)
+    loss_type: str = "dapo"
+    train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
+    gpu_pool: str | None = Field(default=None, description="Run training and promotion as deployments on this work pool "
+                                                           "(needs PREFECT_API_URL of a deploy/start.sh server).")
+    dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages.")
+
+
+def field_default(model: type[BaseModel], name: str) -> Any:
+    """The default of a config field: entry flows (flows/deployments.py) and CLI options take theirs from here."""
+    return model.model_fields[name].default

@@ -19,9 +19,9 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import ObjectNotFound
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from flywheel.flows.config import MAX_ROWS, MAX_SEED, EvalConfig, GenerateConfig
+from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig
 from flywheel.flows.eval import eval_policy
 from flywheel.flows.generate import run_generate
 from flywheel.flows.promote import promote_model
@@ -31,37 +31,12 @@ from flywheel.tasks.files import write_text_atomic
 from flywheel.tasks.release.gate import GateConfig
 from flywheel.tasks.training.train import TrainConfig
 
+__all__ = ["RunConfig", "downstream", "run_pipeline", "table"]  # RunConfig lives in flows/config.py
 TRAIN_DEPLOYMENT, PROMOTE_DEPLOYMENT = "train-policy/gpu", "promote/gate"
 
 ROWS = (("success_rate", "success"), ("valid_output_rate", "valid output"), ("correct_tool_rate", "right tool"),
         ("correct_args_rate", "right args"), ("unsafe_action_rate", "unsafe"), ("mean_reward", "mean reward"),
         ("latency_p95_s", "p95 latency s"))
-
-
-class RunConfig(BaseModel):
-    """``flywheel run``: sizes chosen so the whole loop fits in 20 minutes on 2 CPU cores."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    out: str = Field(min_length=1)
-    seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    n: int = Field(default=300, ge=20, le=MAX_ROWS, description="dataset rows (train + held-out)")
-    workers: int = Field(default=2, ge=1, le=64)
-    eval_limit: int = Field(default=48, ge=4, le=MAX_ROWS, description="held-out tasks in every eval (the gate's sample)")
-    max_tokens: int = Field(default=64, ge=16, le=8192)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
-                                                                          "differences are the model's, not sampling noise")
-    sft_steps: int = Field(default=60, ge=1, le=100_000)
-    sft_batch_size: int = Field(default=4, ge=1, le=4096)
-    sft_learning_rate: float = Field(default=1e-3, gt=0)
-    grpo_steps: int = Field(default=4, ge=1, le=100_000)
-    num_generations: int = Field(default=8, ge=2, le=256)
-    grpo_learning_rate: float = Field(default=3e-5, gt=0)
-    loss_type: str = "dapo"
-    train_limit: int | None = Field(default=None, ge=1)
-    gpu_pool: str | None = Field(default=None, description="run training and promotion as deployments on this "
-                                                           "work pool (deploy/prefect.yaml) instead of in process")
-    dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages")
 
 
 def _metric(summary: dict[str, Any], name: str) -> str:

@@ -27,7 +27,7 @@ for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK"
     os.environ.setdefault(_key, _value)  # before Prefect is imported: it reads them once
 
 import typer  # noqa: E402
-from pydantic import ValidationError  # noqa: E402
+from pydantic import BaseModel, ValidationError  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
@@ -80,6 +80,15 @@ def explain(exc: BaseException) -> str:
         msg = e["msg"].removeprefix("Value error, ")  # a validator's own message already names the option
         return f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {msg}" if e["loc"] else one_line(msg, None)
     return one_line(exc, None)  # whole: the message names the file or option to fix
+
+
+def option(model: type[BaseModel], field: str, *decls: str, help: str | None = None, **kwargs: Any) -> Any:
+    """A typer option whose default (and help, when the field has a description) is the config model field's, so
+    each is written once, in the model; ``help`` is only for fields without a description. Required fields give a
+    required option. tests/test_cli_defaults.py checks every command against its models."""
+    info = model.model_fields[field]
+    default = ... if info.is_required() else info.default
+    return typer.Option(default, *decls, help=info.description or help, **kwargs)
 
 
 def _version(value: bool) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, with_progress
+from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, option, with_progress
+from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
 
 
 @app.command()
@@ -71,22 +72,20 @@ def train(
 
 @app.command("run")
 def run_(
-    out: Path = typer.Option(Path("flywheel-run"), help="Everything lands here: datasets/, eval-baseline/, sft/, grpo/, "
-                                                         "registry/, summary.md, summary.json."),
-    seed: int = typer.Option(0, help="Run seed: dataset rows, rollouts and training derive from it."),
-    n: int = typer.Option(300, "--n", help="Dataset rows (train + held-out)."),
-    eval_limit: int = typer.Option(48, help="Held-out tasks in every eval (the gate's sample)."),
-    sft_steps: int = typer.Option(60, help="SFT steps (only when the baseline decision is SFT)."),
-    grpo_steps: int = typer.Option(4, help="GRPO steps."),
-    num_generations: int = typer.Option(8, help="GRPO completions per prompt."),
-    max_tokens: int = typer.Option(64, help="Max new tokens per completion (training and eval)."),
-    train_limit: int = typer.Option(None, help="Train on the first N train tasks only."),
-    gpu_pool: str = typer.Option(None, help="Run training and promotion as deployments on this work pool "
-                                            "(needs PREFECT_API_URL of a deploy/start.sh server)."),
-    dask_address: str = typer.Option(None, help="Dask scheduler for the dataset stages."),
+    out: Path = option(RunConfig, "out"),
+    seed: int = option(RunConfig, "seed"),
+    n: int = option(RunConfig, "n", "--n"),
+    eval_limit: int = option(RunConfig, "eval_limit"),
+    sft_steps: int = option(RunConfig, "sft_steps"),
+    grpo_steps: int = option(RunConfig, "grpo_steps"),
+    num_generations: int = option(RunConfig, "num_generations"),
+    max_tokens: int = option(RunConfig, "max_tokens"),
+    train_limit: int = option(RunConfig, "train_limit"),
+    gpu_pool: str = option(RunConfig, "gpu_pool"),
+    dask_address: str = option(RunConfig, "dask_address"),
 ) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
-    from flywheel.flows.pipeline import RunConfig, run_pipeline
+    from flywheel.flows.pipeline import run_pipeline
 
     try:
         config = RunConfig(out=str(out), seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps,

@@ -1,0 +1,67 @@
+"""Each default and its help text are written once: CLI options and deployment entry flows agree with the config
+models (flows/config.py, TrainConfig, GateConfig, Thresholds, NearDupParams, IngestConfig); a mismatch fails here."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import typer.main
+from pydantic import BaseModel
+
+from flywheel.flows.cli import app
+from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig
+from flywheel.flows.deployments import generate_entry, pipeline_entry
+from flywheel.flows.ingest import IngestConfig
+from flywheel.schemas import Thresholds
+from flywheel.tasks.release.gate import GateConfig
+from flywheel.tasks.training.train import TrainConfig
+
+MODELS: dict[str, tuple[type[BaseModel], ...]] = {
+    "run": (RunConfig,), "generate": (GenerateConfig,), "eval": (EvalConfig, Thresholds), "train": (TrainConfig,),
+    "promote": (GateConfig,), "ingest": (IngestConfig,),
+}
+HELP_FROM_MODEL = ("run",)  # options built with flows.cli.base.option: help is the field's description
+MODEL_DEFAULT_IF_NONE = {("generate", "seeds_dir")}  # an unset option leaves the model's default in place
+
+
+def _plain(value: object) -> object:
+    return str(value) if isinstance(value, Path) else value
+
+
+def _commands() -> dict[str, object]:
+    return typer.main.get_command(app).commands  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", sorted(MODELS))
+def test_cli_option_defaults_are_the_models(command: str) -> None:
+    checked = 0
+    for param in _commands()[command].params:
+        model = next((m for m in MODELS[command] if param.name in m.model_fields), None)
+        if model is None:
+            continue
+        info = model.model_fields[param.name]
+        if info.is_required():
+            assert param.required, f"{command} --{param.name}: required in {model.__name__}, optional in the CLI"
+        elif (command, param.name) not in MODEL_DEFAULT_IF_NONE or param.default is not None:
+            assert _plain(param.default) == _plain(info.default), \
+                f"{command} --{param.name}: CLI default {param.default!r} != {model.__name__} {info.default!r}"
+        if command in HELP_FROM_MODEL and info.description:
+            assert param.help == info.description, f"{command} --{param.name}: help differs from the model's"
+        checked += 1
+    assert checked >= 3, f"{command}: no option matched a model field"
+
+
+@pytest.mark.parametrize(("entry", "model"), [(pipeline_entry, RunConfig), (generate_entry, GenerateConfig)])
+def test_deployment_entry_defaults_are_the_models(entry, model) -> None:
+    checked = 0
+    for name, p in inspect.signature(entry.fn).parameters.items():
+        if name not in model.model_fields or p.default is inspect.Parameter.empty or p.default is None:
+            continue  # required, or None: the model's default (or, for seed, the scheduled date)
+        if model is GenerateConfig and name == "n":
+            continue  # --n is required on the CLI; a deployment run defaults to RunConfig's dataset size
+        assert p.default == model.model_fields[name].default, f"{entry.name} {name}: entry default differs"
+        checked += 1
+    assert checked >= 3
+    assert inspect.signature(generate_entry.fn).parameters["n"].default == RunConfig.model_fields["n"].default
