@@ -39,7 +39,7 @@ def main() -> None:
         batch = batch_rate(pairs)
         rows.append({"one_at_a_time": round(one, 1), "batch_8": round(batch, 1), "load_1min": os.getloadavg()[0]})
     print(json.dumps({"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-                      "code": str(Path(get_verifier("code").__file__).resolve().parents[1]),
+                      "code": str(Path(get_verifier("code").__file__).resolve().parents[2]),
                       "command": f"python bench/sandbox_throughput.py {n} {rounds}", "rounds": rows,
                       "median": {"one_at_a_time": statistics.median(r["one_at_a_time"] for r in rows),
                                  "batch_8": statistics.median(r["batch_8"] for r in rows)}}, indent=2))

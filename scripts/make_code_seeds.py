@@ -1,4 +1,4 @@
-"""Writes datasets/seeds/code.jsonl: human-written code seeds (kept as code for readable solutions).
+"""Writes verifiers/envs/code/seeds.jsonl: human-written code seeds (kept as code for readable solutions).
 
 Each seed: a request with slots, a reference solution template (its expected outputs come from running it),
 the entry point and the tests' argument lists. Braces in solutions are doubled ({{ }}) for str.format.
@@ -99,7 +99,7 @@ seeds = [
       "def {fn}(xs, target):\n    lo, hi = 0, len(xs) - 1\n    while lo <= hi:\n        mid = (lo + hi) // 2\n        if xs[mid] == target:\n            return mid\n        if xs[mid] < target:\n            lo = mid + 1\n        else:\n            hi = mid - 1\n    return -1\n",
       ([[1, 3, 5, 7, 9], 7], [[], 1], [[2], 3], [[1, 2, 4, 8, 16, 32], 1])),
 ]
-with open("datasets/seeds/code.jsonl", "w") as f:
+with open("verifiers/envs/code/seeds.jsonl", "w") as f:
     for s in seeds:
         f.write(json.dumps(s) + "\n")
 print(len(seeds))

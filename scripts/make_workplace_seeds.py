@@ -1,4 +1,4 @@
-"""Writes datasets/seeds/workplace.jsonl: human-written workplace seeds (kept as code for readability). Run from the repo root."""
+"""Writes verifiers/envs/workplace/seeds.jsonl: human-written workplace seeds (kept as code for readability). Run from the repo root."""
 import json
 
 
@@ -213,7 +213,7 @@ seeds += [
                                                    attendees=["{email}"]),
              c("list_deals", company="{company}"), c("update_deal_stage", deal_id="{d1}", stage="proposal")]),
 ]
-with open("datasets/seeds/workplace.jsonl", "w") as f:
+with open("verifiers/envs/workplace/seeds.jsonl", "w") as f:
     for s in seeds:
         f.write(json.dumps(s) + "\n")
 print(len(seeds))

@@ -17,6 +17,8 @@ Hooks and their signatures:
   correct_args, execution_success) on top of the generic ones in ``tasks/evaluation/metrics.py``.
 - Seeds: ``seed_model`` (a SeedTask subclass may add fields), ``seed_fields`` (exactly the reference fields a seed
   gives), ``hidden_slots`` (templates may leave slots unnamed: ids, state, test inputs); :meth:`check_seed`.
+- ``resources_server(**limits) -> ASGI app``: the env as an HTTP resources server (``flywheel serve-env``); None
+  when the env has none. ``ingest``: production trajectories of the env can be ingested.
 - Paths: ``seeds_path`` (seeds.jsonl), ``tools_path`` (tools.json; None when the env has no catalog),
   ``cases_path`` (golden verifier cases).
 """
@@ -91,6 +93,7 @@ class EnvSpec:
     seed_fields: frozenset[str] = frozenset({"answer"})
     hidden_slots: bool = False
     ingest: bool = False  # production trajectories of this env can be ingested (one tool call per task)
+    resources_server: Callable[..., Any] | None = None  # (**limits) -> ASGI app serving the env (serve-env)
 
     def check_seed(self, seed: SeedTask) -> None:
         """Raise ValueError when the seed breaks this env's rules (slots named, exactly ``seed_fields`` given)."""

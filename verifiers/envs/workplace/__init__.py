@@ -32,6 +32,13 @@ def reference(seed: SeedTask, tools: Mapping[str, ToolSpec], values: dict[str, A
     return probe.reference.model_copy(update={"final_state": session.state})
 
 
+def resources_server(**limits: Any) -> Any:
+    """The resources server app (``workplace_server.create_app``) under ``workplace_server.Limits(**limits)``."""
+    from flywheel.verifiers.envs.workplace.workplace_server import Limits, create_app
+
+    return create_app(Limits(**limits))
+
+
 def outcome_flags(verdict: Verdict, called: frozenset[str], expected: frozenset[str]) -> dict[str, Any]:
     return {"correct_tool": bool(expected) and expected <= called,
             "execution_success": verdict.failure_class != "format_error" and verdict.components.get("tool_errors", 1) == 0}
@@ -42,5 +49,6 @@ SPEC = EnvSpec(
     reward_fn=workplace.workplace_reward, render=renderer(PROMPT, reference),
     reference_completion=lambda task: json.dumps(workplace.trajectory_from_calls(task.reference.calls)),
     seeds_path=HERE / "seeds.jsonl", tools_path=HERE / "tools.json", cases_path=HERE / "cases.jsonl",
-    multi_turn=True, outcome_flags=outcome_flags, seed_fields=frozenset({"calls", "state"}), hidden_slots=True,
+    multi_turn=True, outcome_flags=outcome_flags, resources_server=resources_server,
+    seed_fields=frozenset({"calls", "state"}), hidden_slots=True,
 )
