@@ -1,0 +1,78 @@
+"""The sql env: a question over small tables shipped in the task; the answer is one SQLite query.
+
+Seeds (``seeds.jsonl``) give ``answer`` (the reference query, with ``{slot}`` placeholders) and ``state`` (the
+tables, whose strings may hold slots too). A variant (``meta.row_seed`` set) gets rows derived from its row seed:
+some dropped, some cloned with fresh ids, numbers and dates moved, so the reference result changes; the seed's own
+example keeps the seed's rows. The system message holds the instructions and the schema with the first
+``SHOWN_ROWS`` rows of each table; the user message is the question alone (what dedupe and paraphrase see).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flywheel.schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolSpec
+from flywheel.verifiers.envs.sql import engine, sql
+from flywheel.verifiers.render import fill, reference_answer
+from flywheel.verifiers.spec import EnvSpec
+
+HERE = Path(__file__).resolve().parent
+SHOWN_ROWS = 3
+PROMPT = ("You write SQLite queries. Answer with exactly one read-only SELECT query in one ```sql code block "
+          "that answers the question over the database below. Do not modify the database.")
+
+
+def schema_text(state: dict[str, Any]) -> str:
+    """The tables as CREATE TABLE lines, each followed by its first rows (SQL literals)."""
+    lines = []
+    for table, spec in state.items():
+        cols = ", ".join(f"{name} {kind}" for name, kind in spec["columns"])
+        lines.append(f"CREATE TABLE {table} ({cols});  -- {len(spec['rows'])} rows, for example:")
+        lines += ["--   (" + ", ".join("NULL" if v is None else repr(v) for v in row) + ")"
+                  for row in spec["rows"][:SHOWN_ROWS]]
+    return "\n".join(lines)
+
+
+def variant_tables(state: dict[str, Any], row_seed: int | None) -> dict[str, Any]:
+    """The seed's tables (row_seed None) or a variant's: text kept, rows and numbers derived from the row seed."""
+    if row_seed is None:
+        return state
+    texts = {v.lower() for spec in state.values() for row in spec["rows"] for v in row if isinstance(v, str)}
+    return engine.perturbed(state, f"variant:{row_seed}", texts)
+
+
+def render(seed: SeedTask, tools: Mapping[str, ToolSpec], request: str, values: dict[str, Any],
+           meta: TaskMeta) -> Task:
+    """Pure: the question as the user message, the tables in the system message and in ``reference.state``."""
+    state = variant_tables(fill(seed.state or {}, values), meta.row_seed)
+    system = f"{PROMPT}\n\n{schema_text(state)}"
+    return Task(env=seed.env, messages=(Message(role="system", content=system), Message(role="user", content=request)),
+                reference=Reference(answer=reference_answer(seed, values), state=state), meta=meta)
+
+
+def reference_completion(task: Task) -> str:
+    return f"```sql\n{task.reference.answer}\n```"
+
+
+def reference_problem(task: Task) -> tuple[str, str] | None:
+    """The reference must run and return at least one row with a non-NULL value."""
+    state = task.reference.state or {}
+    conn = engine.build(state)
+    try:
+        rows, _ = engine.run_query(conn, task.reference.answer or "", set(state))
+    except engine.QueryError as err:
+        return "bad_reference", f"reference query fails ({err.kind}): {err}"[:300]
+    finally:
+        conn.close()
+    if not any(v is not None for row in rows for v in row):
+        return "empty_reference_result", "the reference query returns no rows (or only NULLs)"
+    return None
+
+
+SPEC = EnvSpec(
+    name="sql", system_prompt=PROMPT, verifier=sql, verify=sql.verify, reward_fn=sql.sql_reward, render=render,
+    reference_completion=reference_completion, reference_problem=reference_problem,
+    seeds_path=HERE / "seeds.jsonl", cases_path=HERE / "cases.jsonl", seed_fields=frozenset({"answer", "state"}),
+)

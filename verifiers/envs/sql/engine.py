@@ -1,0 +1,229 @@
+"""The SQL engine of the sql env: a task's tables in an in-memory SQLite database, one read-only query, bounded.
+
+Contract:
+- ``build(state)`` makes a fresh ``:memory:`` database from ``{table: {"columns": [[name, type], ...], "rows":
+  [[...], ...]}}``; identifiers are double-quoted with ``"`` doubled, values bound as parameters (never spliced).
+- ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ of the task's tables
+  (and sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``) and
+  RECURSIVE: ATTACH, PRAGMA (pragma_* table functions too), writes, DDL and transactions are denied at prepare
+  time and raise ``QueryError("unsafe")``. Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs ``MAX_LENGTH``,
+  query text ``MAX_SQL``, ``MAX_STEPS`` VM steps (progress handler; deterministic, so a timeout never depends on
+  the load) backed by a ``MAX_QUERY_S`` wall deadline, at most ``MAX_ROWS`` rows and ``MAX_BYTES`` bytes fetched;
+  temp storage stays in memory. Returns the rows and whether a task table was read.
+- ``perturbed(state, task_id, keep)``: a held-back copy, a pure function of its arguments: rows shuffled, some
+  dropped and some cloned with fresh ids, numbers and dates moved, text renamed (except strings in ``keep``,
+  the reference query's literals, case-insensitively). ``same_result(a, b, ordered)`` compares result sets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import random
+import re
+import sqlite3
+import time
+from typing import Any
+
+MAX_LENGTH = 1_000_000
+MAX_SQL = 20_000
+MAX_STEPS = 20_000_000
+STEP_CHUNK = 10_000
+MAX_QUERY_S = 1.5
+MAX_ROWS = 10_000
+MAX_BYTES = 8 << 20
+REL_TOL = 1e-6
+_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+_UNSAFE_FUNCTIONS = {"load_extension", "fts3_tokenizer"}
+_NONDETERMINISTIC = {"random", "randomblob"}
+_SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"}
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class QueryError(Exception):
+    """The query failed: ``kind`` is a failure class (unsafe, syntax_error, runtime_error, timeout, too_large)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def quote(name: str) -> str:
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def build(state: dict[str, Any]) -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA temp_store = MEMORY")
+    for table, spec in state.items():
+        cols = [(str(c[0]), str(c[1])) for c in spec["columns"]]
+        conn.execute(f"CREATE TABLE {quote(table)} ({', '.join(f'{quote(n)} {quote(t)}' for n, t in cols)})")
+        marks = ", ".join("?" * len(cols))
+        conn.executemany(f"INSERT INTO {quote(table)} VALUES ({marks})", [tuple(r) for r in spec["rows"]])
+    conn.execute("PRAGMA query_only = ON")
+    for limit, value in ((sqlite3.SQLITE_LIMIT_ATTACHED, 0), (sqlite3.SQLITE_LIMIT_LENGTH, MAX_LENGTH),
+                         (sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL), (sqlite3.SQLITE_LIMIT_EXPR_DEPTH, 200),
+                         (sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 100), (sqlite3.SQLITE_LIMIT_WORKER_THREADS, 0)):
+        conn.setlimit(limit, value)
+    return conn
+
+
+def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[list[tuple[Any, ...]], bool]:
+    """(rows, a task table was read); raises QueryError (see the module contract)."""
+    denied: list[str] = []
+    read = [False]
+    lower = {t.lower() for t in tables}
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, _: str | None) -> int:
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _UNSAFE_FUNCTIONS:
+            denied.append(f"unsafe:function {arg2}")
+        elif action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _NONDETERMINISTIC:
+            denied.append(f"runtime_error:function {arg2} is not allowed (nondeterministic)")
+        elif action == sqlite3.SQLITE_READ and (arg1 or "").lower() in lower:
+            read[0] = True
+            return sqlite3.SQLITE_OK
+        elif action == sqlite3.SQLITE_READ and (arg1 or "").lower() in _SCHEMA_TABLES:
+            return sqlite3.SQLITE_OK
+        elif action == sqlite3.SQLITE_READ:
+            denied.append(f"unsafe:reading {arg1}")
+        elif action in _ALLOWED:
+            return sqlite3.SQLITE_OK
+        else:
+            denied.append(f"unsafe:action {action} ({arg1 or ''} {arg2 or ''})".strip())
+        return sqlite3.SQLITE_DENY
+
+    steps = [0]
+    deadline = time.monotonic() + MAX_QUERY_S
+
+    def progress() -> int:
+        steps[0] += STEP_CHUNK
+        return int(steps[0] > MAX_STEPS or time.monotonic() > deadline)
+
+    conn.set_authorizer(authorize)
+    conn.set_progress_handler(progress, STEP_CHUNK)
+    try:
+        cursor = conn.execute(sql)
+        rows, size = [], 0
+        while batch := cursor.fetchmany(256):
+            rows.extend(batch)
+            size += sum(len(v) if isinstance(v, str | bytes) else 8 for row in batch for v in row)
+            if len(rows) > MAX_ROWS or size > MAX_BYTES:
+                raise QueryError("too_large", f"more than {MAX_ROWS} rows or {MAX_BYTES >> 20} MiB fetched")
+        return rows, read[0]
+    except sqlite3.Error as err:
+        raise _classify(err, denied, steps[0]) from None
+    finally:
+        conn.set_authorizer(None)
+        conn.set_progress_handler(None, 0)
+
+
+def _classify(err: sqlite3.Error, denied: list[str], steps: int) -> QueryError:
+    text = str(err)
+    if denied:
+        kind, _, what = denied[0].partition(":")
+        return QueryError(kind, f"not allowed: {what}")
+    if "interrupted" in text:
+        return QueryError("timeout", f"stopped after {steps} steps (bound {MAX_STEPS}) or {MAX_QUERY_S:g} s")
+    if "too big" in text or "too long" in text or "too many" in text or isinstance(err, sqlite3.DataError):
+        return QueryError("too_large", text[:200])
+    if isinstance(err, sqlite3.ProgrammingError) and "one statement" in text:
+        return QueryError("unsafe", "more than one statement")
+    if "syntax error" in text or "incomplete input" in text or "unrecognized token" in text:
+        return QueryError("syntax_error", text[:200])
+    return QueryError("runtime_error", text[:200])
+
+
+def string_literals(sql: str) -> set[str]:
+    """The lower-cased '...' literals of a query (a perturbed copy keeps the text values they name)."""
+    return {m.replace("''", "'").lower() for m in re.findall(r"'((?:[^']|'')*)'", sql)}
+
+
+def _rng(*parts: Any) -> random.Random:
+    return random.Random(int(hashlib.sha256(repr(parts).encode()).hexdigest()[:16], 16))
+
+
+def _is_key(column: str) -> bool:
+    name = column.lower()
+    return name == "id" or name.endswith(("_id", "year"))
+
+
+def _move(value: Any, rng: random.Random, keep: set[str], names: dict[str, str]) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value + rng.choice((-1, 1)) * max(1, round(abs(value) * rng.uniform(0.05, 0.3)))
+    if isinstance(value, float):
+        return round(value * rng.uniform(0.7, 1.3), 2)
+    if isinstance(value, str) and _DATE.match(value):
+        try:
+            return (dt.date.fromisoformat(value) + dt.timedelta(days=rng.randint(-40, 40))).isoformat()
+        except ValueError:
+            return value
+    if isinstance(value, str) and value.lower() not in keep:
+        return names.setdefault(value, f"{value} {rng.choice('KLMNPRSTVWXZ')}{rng.randint(2, 9)}")
+    return value
+
+
+def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int = 0) -> dict[str, Any]:
+    """A held-back copy of the tables (see the module contract); a pure function of its arguments."""
+    rng = _rng("perturb", task_id, attempt)
+    names: dict[str, str] = {}  # one new name per text value: joins on text stay consistent
+    out = {}
+    for table in sorted(state):
+        spec = state[table]
+        cols = [str(c[0]) for c in spec["columns"]]
+        rows = [list(r) for r in spec["rows"]]
+        kept = [r for r in rows if rng.random() > 0.2] or rows[:1]
+        clones = [list(rng.choice(rows)) for _ in range(rng.randint(1, max(1, len(rows) // 3)))] if rows else []
+        for i, col in enumerate(cols):
+            if col.lower() == "id" and all(isinstance(r[i], int) for r in rows):
+                top = max((r[i] for r in rows), default=0)
+                for n, clone in enumerate(clones, start=1):
+                    clone[i] = top + n
+        new = []
+        for row in kept + clones:
+            new.append([v if _is_key(c) else _move(v, rng, keep, names) for c, v in zip(cols, row, strict=True)])
+        rng.shuffle(new)
+        out[table] = {"columns": spec["columns"], "rows": new}
+    return out
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-9)
+    return type(a) is type(b) and a == b
+
+
+def _key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    def one(v: Any) -> tuple[int, Any]:
+        if v is None:
+            return (0, 0)
+        if isinstance(v, int | float):
+            return (1, float(f"{v:.5g}"))
+        return (2, v) if isinstance(v, str) else (3, bytes(v))
+    return tuple(one(v) for v in row)
+
+
+def same_result(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], ordered: bool) -> bool:
+    """Equal row lists (``ordered``) or multisets; column names never matter, numbers within REL_TOL."""
+    if len(got) != len(want) or any(len(g) != len(w) for g, w in zip(got, want, strict=True)):
+        return False
+
+    def rows_equal(g: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
+        return all(_same_value(x, y) for x, y in zip(g, w, strict=True))
+
+    if ordered:
+        return all(rows_equal(g, w) for g, w in zip(got, want, strict=True))
+    if all(rows_equal(g, w) for g, w in zip(sorted(got, key=_key), sorted(want, key=_key), strict=True)):
+        return True
+    if len(got) > 300:
+        return False
+    left = list(want)  # rounding put near-equal rows in another order: match greedily
+    for g in got:
+        hit = next((i for i, w in enumerate(left) if rows_equal(g, w)), None)
+        if hit is None:
+            return False
+        left.pop(hit)
+    return True

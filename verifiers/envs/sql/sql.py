@@ -1,0 +1,174 @@
+"""The sql verifier: one SQLite query run on the task's tables, its result set compared with the reference's.
+
+Contract:
+- The completion is one SQL query: the content of its one ```sql (or bare ```) block when it has one (text
+  around the block is ignored), else the whole completion. Two or more blocks, or no query: 0.0 ``format_error``.
+- The tables are ``task.reference.state`` ({table: {"columns": [[name, type], ...], "rows": [...]}}), the
+  reference query ``task.reference.answer``. Queries run read-only and bounded (``engine``): data-modifying, DDL,
+  ATTACH, PRAGMA, transaction, ``load_extension`` or multi-statement SQL is -1.0 ``unsafe``; errors score 0.0 as
+  ``syntax_error`` or ``runtime_error``, the step/time bounds ``timeout``, the size bounds ``too_large``.
+- Comparison: the rows as a multiset, or in order when the reference has ORDER BY at its top level; column names
+  ignored, numbers equal within relative tolerance 1e-6 (3 == 3.0), NULL equals only NULL. Otherwise 0.0
+  ``wrong_result``.
+- Reward hacks do not count: a query must read at least one of the task's tables (``SELECT 'Alice', 42`` is 0.0
+  ``no_table_read``), and candidate and reference are also run on a held-back perturbed copy of the tables
+  (rows dropped, cloned, shuffled, numbers, dates and names moved, derived from the task id; strings the
+  reference query names are kept): both results must match, else 0.0 ``hardcoded_result``. The copy is the first
+  of a few whose reference result differs from the visible one, so a literal answer cannot match both. The
+  prompt shows only some rows, so the task is to write the query, not to recite its result.
+- The whole check runs in a bounded worker (``verifiers.bounds``: ``LIMITS``); crossing its CPU or wall bound is
+  ``timeout``, its memory bound ``too_large``. A broken reference or verifier is valid=False ``verifier_error``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+from flywheel.schemas import Task, Verdict
+from flywheel.verifiers import bounds
+from flywheel.verifiers.common import batch_rewards, guarded_verify
+from flywheel.verifiers.envs.sql import engine
+
+NAME = "sql"
+VERSION = "1.0.0"
+MAX_CHARS = engine.MAX_SQL
+PERTURB_ATTEMPTS = 4
+LIMITS = bounds.Limits(cpu_s=4, wall_s=12.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.sql.engine",))
+_FENCE = re.compile(r"```[ \t]*(?:sql|sqlite)?[ \t]*\n(.*?)```", re.S | re.I)
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|\[[^\]]*\]|--[^\n]*|/\*.*?(?:\*/|$)|[();]|\w+|\S",
+                     re.S)
+
+
+class FormatError(ValueError):
+    pass
+
+
+def extract_query(completion: str) -> str:
+    blocks = _FENCE.findall(completion)
+    if len(blocks) > 1:
+        raise FormatError(f"{len(blocks)} code blocks: answer with one query")
+    query = (blocks[0] if blocks else completion).strip()
+    if not query:
+        raise FormatError("no SQL query")
+    return query
+
+
+def _tokens(sql: str) -> list[str]:
+    return [t for t in _TOKENS.findall(sql) if not t.startswith(("--", "/*"))]
+
+
+def statement_count(sql: str) -> int:
+    """Statements in ``sql``: ';' outside strings, identifiers and comments, with something after it."""
+    count, pending = 0, False
+    for token in _tokens(sql):
+        if token == ";":
+            count += pending
+            pending = False
+        else:
+            pending = True
+    return count + pending
+
+
+def top_level_order_by(sql: str) -> bool:
+    depth, previous = 0, ""
+    for token in _tokens(sql):
+        depth += {"(": 1, ")": -1}.get(token, 0)
+        if depth == 0 and previous.upper() == "ORDER" and token.upper() == "BY":
+            return True
+        previous = token
+    return False
+
+
+def _outcome(conn_state: dict[str, Any], query: str, tables: set[str]) -> tuple[str, Any]:
+    conn = engine.build(conn_state)
+    try:
+        return "ok", engine.run_query(conn, query, tables)
+    except engine.QueryError as err:
+        return err.kind, str(err)
+    finally:
+        conn.close()
+
+
+@lru_cache(maxsize=256)
+def _reference(state_json: str, task_id: str, reference: str) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """(visible result, held-back tables, held-back result) of the reference query: computed once per task."""
+    import json
+
+    state = json.loads(state_json)
+    tables = set(state)
+    status, value = _outcome(state, reference, tables)
+    if status != "ok":
+        raise ValueError(f"the reference query fails ({status}): {value}")
+    visible = value[0]
+    keep = engine.string_literals(reference)
+    for attempt in range(PERTURB_ATTEMPTS):
+        held = engine.perturbed(state, task_id, keep, attempt)
+        status, value = _outcome(held, reference, tables)
+        if status != "ok":
+            raise ValueError(f"the reference query fails on the held-back copy ({status}): {value}")
+        if not engine.same_result(value[0], visible, ordered=True):
+            break
+    return visible, held, value[0]
+
+
+def check(state_json: str, task_id: str, reference: str, query: str) -> tuple[str, str]:
+    """(failure class or "", details): the whole comparison, run in the bounded worker."""
+    import json
+
+    visible, held, held_result = _reference(state_json, task_id, reference)
+    tables = set(json.loads(state_json))
+    ordered = top_level_order_by(reference)
+    status, value = _outcome(json.loads(state_json), query, tables)
+    if status != "ok":
+        return status, value
+    rows, read = value
+    if not read:
+        return "no_table_read", "the query reads none of the task's tables"
+    if not engine.same_result(rows, visible, ordered):
+        return "wrong_result", f"{len(rows)} rows, expected {len(visible)}; first {rows[:2]!r}"[:300]
+    status, value = _outcome(held, query, tables)
+    if status != "ok":
+        return status, f"on the held-back copy: {value}"
+    if not engine.same_result(value[0], held_result, ordered):
+        return "hardcoded_result", "matches on the shown tables but not on the held-back copy"
+    return "", f"{len(rows)} rows match" + (" in order" if ordered else "")
+
+
+def _verdict(reward: float, failure: str | None, details: str) -> Verdict:
+    return Verdict(reward=reward, valid=True, failure_class=failure, components={"correct": float(reward == 1.0)},
+                   details=details, verifier=NAME, verifier_version=VERSION)
+
+
+def _score(task: Task, completion: str) -> Verdict:
+    import json
+
+    if not task.reference.answer or not task.reference.state:
+        raise ValueError("sql task needs reference.answer (the query) and reference.state (the tables)")
+    try:
+        query = extract_query(completion)
+    except FormatError as err:
+        return _verdict(0.0, "format_error", str(err))
+    if len(query) > MAX_CHARS:
+        return _verdict(0.0, "too_large", f"query of {len(query)} characters (bound {MAX_CHARS})")
+    if statement_count(query) > 1:
+        return _verdict(-1.0, "unsafe", "more than one statement")
+    state_json = json.dumps(task.reference.state, sort_keys=True)
+    try:
+        failure, details = bounds.run(check, state_json, task.id, task.reference.answer, query, limits=LIMITS)
+    except bounds.BoundExceeded as err:
+        return _verdict(0.0, "too_large" if err.kind == "memory" else "timeout", str(err))
+    if failure == "unsafe":
+        return _verdict(-1.0, "unsafe", details)
+    return _verdict(0.0 if failure else 1.0, failure or None, details)
+
+
+def verify(task: Task, completion: str) -> Verdict:
+    """Score one query; a verifier crash (a broken reference included) becomes valid=False data, never reward 0."""
+    return guarded_verify(NAME, VERSION, _score, task, completion)
+
+
+def sql_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
+    """TRL reward function (``task`` column); rows of other envs give None."""
+    return batch_rewards(NAME, verify, completions, task)
