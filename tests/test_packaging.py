@@ -179,25 +179,29 @@ def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 # Run in the environment under test: `import verifiers` is theirs, the deployments load (the real scripts, not
 # prefect's AST placeholder) from the repository root as a worker would, and no project module is ever loaded under a
-# bare name (cwd on sys.path would otherwise hide a bare import).
+# bare name (cwd on sys.path would otherwise hide a bare import). -P: like a console script, the cwd is not on
+# sys.path (a process that has the repository root on sys.path gets our source folder for `import verifiers`).
 PROBE = r"""
 import importlib, importlib.metadata as md, sys, yaml
 from pathlib import Path
 from prefect.flows import load_flow_from_entrypoint
 root, expect_pkg = Path(sys.argv[1]), sys.argv[2]
+import verifiers  # before the loads: prefect leaves the repository root on sys.path, where verifiers/ is ours
+theirs = verifiers
 for d in yaml.safe_load((root / "deploy" / "prefect.yaml").read_text())["deployments"]:
     assert load_flow_from_entrypoint(d["entrypoint"], use_placeholder_flow=False).fn, d["entrypoint"]
-bare = [m for m in sys.modules if m.split(".")[0] in ("flows", "tasks", "verifiers", "schemas")]
+bare = [m for m, v in sys.modules.items() if m.split(".")[0] in ("flows", "tasks", "verifiers", "schemas")
+        and str(getattr(v, "__file__", "") or "").startswith(str(root / m.split(".")[0]) + "/")]
 assert not bare, f"project modules loaded under bare names: {bare}"
 import verifiers
-assert md.version("verifiers") == verifiers.__version__ == "0.4.0", verifiers.__version__
+assert verifiers is theirs and md.version("verifiers") == verifiers.__version__ == "0.4.0", verifiers.__version__
 for layer in ("flows", "tasks", "verifiers", "schemas"):
     pkg_dir = Path(importlib.import_module("flywheel." + layer).__file__).parent
     assert str(pkg_dir).startswith(expect_pkg), (pkg_dir, expect_pkg)
     for f in sorted(pkg_dir.rglob("*.py")):
         rel = f.relative_to(pkg_dir.parent).with_suffix("")
         parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-        if rel.name != "__main__":
+        if rel.name != "__main__" and rel.parts != ("verifiers", "harness"):  # scripts: they run on import
             importlib.import_module(".".join(("flywheel", *parts)))
 print(verifiers.__file__)
 """
@@ -225,7 +229,7 @@ def test_theirs_verifiers_beside_the_editable_install(tmp_path) -> None:
     env = clean_env(tmp_path, PYTHONPATH=str(wheel()))
     outside = tmp_path / "outside"
     outside.mkdir()
-    probe = run([sys.executable, "-c", PROBE, str(REPO), str(REPO)], REPO, env)
+    probe = run([sys.executable, "-P", "-c", PROBE, str(REPO), str(REPO)], REPO, env)
     assert probe.strip() == f"{WHEEL}/verifiers/__init__.py"
     generate_and_score(Path(sys.executable).parent / "flywheel", outside, env)
 
@@ -262,6 +266,6 @@ def test_non_editable_install_in_a_fresh_venv_beside_theirs(tmp_path) -> None:
     assert not clash, f"files both packages install: {sorted(clash)}"
     missing = sorted(source_tree(copy) - source_tree(site / "flywheel"))
     assert not missing, f"not installed (a subpackage missing from pyproject's packages list?): {missing}"
-    probe = run([py, "-c", PROBE, str(copy), str(site)], copy, env)
+    probe = run([py, "-P", "-c", PROBE, str(copy), str(site)], copy, env)
     assert probe.strip() == str(site / "verifiers" / "__init__.py")
     generate_and_score(venv / "bin" / "flywheel", outside, env)
