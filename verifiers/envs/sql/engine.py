@@ -3,8 +3,8 @@
 Contract:
 - ``build(state)`` makes a fresh ``:memory:`` database from ``{table: {"columns": [[name, type], ...], "rows":
   [[...], ...]}}``; identifiers are double-quoted with ``"`` doubled, values bound as parameters (never spliced).
-- ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ of the task's tables
-  (and sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``) and
+- ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ (not of sqlite_*
+  internals but sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``) and
   RECURSIVE: ATTACH, PRAGMA (pragma_* table functions too), writes, DDL and transactions are denied at prepare
   time and raise ``QueryError("unsafe")``. Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs ``MAX_LENGTH``,
   query text ``MAX_SQL``, ``MAX_STEPS`` VM steps (progress handler; deterministic, so a timeout never depends on
@@ -85,8 +85,10 @@ def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[lis
             return sqlite3.SQLITE_OK
         elif action == sqlite3.SQLITE_READ and (arg1 or "").lower() in _SCHEMA_TABLES:
             return sqlite3.SQLITE_OK
+        elif action == sqlite3.SQLITE_READ and (arg1 or "").lower().startswith("sqlite_"):
+            denied.append(f"unsafe:reading {arg1}")  # sqlite_dbpage, sqlite_stat*: internals
         elif action == sqlite3.SQLITE_READ:
-            denied.append(f"unsafe:reading {arg1}")
+            return sqlite3.SQLITE_OK  # a CTE, a view or a table-valued function (json_each): no task table
         elif action in _ALLOWED:
             return sqlite3.SQLITE_OK
         else:
