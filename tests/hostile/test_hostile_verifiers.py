@@ -28,8 +28,11 @@ from pydantic import ValidationError
 from conftest import silent_listener, within
 from flywheel.schemas import Task, ToolSpec, Verdict
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
-from flywheel.verifiers import bounds, cli, judge, tool_call, workplace
+from flywheel.verifiers import bounds, judge
+from flywheel.verifiers.envs.cli import cli
 from flywheel.verifiers.envs.math import math as math_verifier
+from flywheel.verifiers.envs.tool_call import tool_call
+from flywheel.verifiers.envs.workplace import workplace
 
 ROOT = Path(__file__).resolve().parents[2]
 FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
@@ -349,7 +352,8 @@ def test_a_judge_that_trickles_bytes_is_cut_off_at_its_deadline() -> None:
 
 KILLED_PARENT = """
 from flywheel.schemas import Task
-from flywheel.verifiers import bounds, math
+from flywheel.verifiers import bounds
+from flywheel.verifiers.envs.math import math
 task = Task.model_validate({"env": "math", "messages": [{"role": "user", "content": "q"}],
                             "reference": {"answer": "3"}, "meta": {"seed_id": "hostile"}})
 math.verify(task, "\\\\boxed{3}")
