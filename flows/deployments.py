@@ -11,14 +11,13 @@ workers), so a rerun with unchanged parameters is served from the cache.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 from prefect.runtime import flow_run
 
 from flywheel.flows.config import GenerateConfig
 from flywheel.flows.generate import generate_dataset
 from flywheel.flows.pipeline import RunConfig, run_pipeline
+from flywheel.flows.results import GenerateResult, RunSummary
 
 
 def scheduled_seed() -> int:
@@ -32,7 +31,7 @@ def scheduled_seed() -> int:
 def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "tool_call", name: str | None = None,
                    workers: int = 2, dask_address: str | None = None, backend: str = "sampler",
                    model: str | None = None, base_url: str | None = None, heldout_fraction: float = 0.2,
-                   max_candidates: int | None = None, parents: list[str] | None = None) -> dict[str, Any]:
+                   max_candidates: int | None = None, parents: list[str] | None = None) -> GenerateResult:
     config = GenerateConfig(out=out, n=n, seed=scheduled_seed() if seed is None else seed, env=env, name=name,
                             workers=workers, dask_address=dask_address, backend=backend, model=model,
                             base_url=base_url, heldout_fraction=heldout_fraction, max_candidates=max_candidates,
@@ -44,7 +43,7 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 def pipeline_entry(out: str, seed: int = 0, n: int = 300, eval_limit: int = 48, sft_steps: int = 60,
                    grpo_steps: int = 4, num_generations: int = 8, max_tokens: int = 64,
                    train_limit: int | None = None, gpu_pool: str | None = None,
-                   dask_address: str | None = None) -> dict[str, Any]:
+                   dask_address: str | None = None) -> RunSummary:
     config = RunConfig(out=out, seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps, grpo_steps=grpo_steps,
                        num_generations=num_generations, max_tokens=max_tokens, train_limit=train_limit,
                        gpu_pool=gpu_pool, dask_address=dask_address)

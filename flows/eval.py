@@ -24,6 +24,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flywheel.flows.config import EvalConfig
+from flywheel.flows.results import BatchCounts, EvalResult
 from flywheel.flows.runtime import chunks, code_version, link_artifacts, progress, write_rows
 from flywheel.schemas import DatasetManifest, EvalReport, Task
 from flywheel.tasks.data.publish import read_manifest, read_split
@@ -108,7 +109,7 @@ def write_outputs(out: Path, report: EvalReport, frame: pl.DataFrame) -> EvalRep
 
 
 @flow(name="baseline-eval")
-def eval_policy(config: EvalConfig) -> dict[str, Any]:
+def eval_policy(config: EvalConfig) -> EvalResult:
     t0 = time.perf_counter()
     out = Path(config.out)
     tasks, tools, dataset = load_split(config)
@@ -142,12 +143,11 @@ def eval_policy(config: EvalConfig) -> dict[str, Any]:
     key = "".join(c if c.isalnum() else "-" for c in f"eval-{dataset['name']}-{config.split}".lower())
     create_markdown_artifact(key=key, markdown=markdown(report), description="baseline evaluation report")
     link_artifacts(key, {name: out / file for name, file in report.files.items() if file.endswith((".md", ".png", ".svg"))})
-    return {"report": str(out / "report.json"), "decision": report.decision.action, "reason": report.decision.reason,
-            "metrics": {k: v.model_dump() for k, v in report.metrics.items()}, "batches": counts,
-            "wall_s": round(time.perf_counter() - t0, 3)}
+    return EvalResult(report=str(out / "report.json"), decision=report.decision.action, reason=report.decision.reason,
+                      metrics=report.metrics, batches=BatchCounts(**counts), wall_s=round(time.perf_counter() - t0, 3))
 
 
-def run_eval(config: EvalConfig) -> dict[str, Any]:
+def run_eval(config: EvalConfig) -> EvalResult:
     """Check the dataset before any flow run starts (a bad folder is one clear error), then run the flow."""
     split_file(config)
     return eval_policy(config)

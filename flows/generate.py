@@ -24,6 +24,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flywheel.flows.config import GenerateConfig
+from flywheel.flows.results import GenerateResult
 from flywheel.flows.runtime import (
     REJECT_SCHEMA,
     code_version,
@@ -181,7 +182,7 @@ def select_rows(config: GenerateConfig, prior: str | None, candidates: int, log:
 
 
 @flow(name="generate-dataset")
-def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
+def generate_dataset(config: GenerateConfig) -> GenerateResult:
     t_start = time.perf_counter()
     seeds_path, tools_path = env_paths(config.env, Path(config.seeds_dir))
     tools, seeds = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
@@ -217,10 +218,10 @@ def generate_dataset(config: GenerateConfig) -> dict[str, Any]:
     _artifact(config.dataset_name, summary)
     link_artifacts(f"dataset-{config.dataset_name}", {"manifest": Path(version_dir) / "manifest.json",
                                                        "quality": Path(version_dir) / "quality.json"})
-    return summary
+    return GenerateResult.model_validate(summary)
 
 
-def run_generate(config: GenerateConfig) -> dict[str, Any]:
+def run_generate(config: GenerateConfig) -> GenerateResult:
     """Run the flow with results persisted in the cache folder (so reruns hit the cache)."""
     from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
 

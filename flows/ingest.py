@@ -23,6 +23,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from flywheel.flows.results import IngestResult
 from flywheel.flows.runtime import REJECT_SCHEMA, code_version, link_artifacts, write_rows
 from flywheel.schemas import Task
 from flywheel.tasks.data.dedupe import NearDupParams, near_duplicates
@@ -108,7 +109,7 @@ def _markdown(version: str, scored: pl.DataFrame, added: int) -> str:
 
 
 @flow(name="ingest-trajectories")
-def ingest_trajectories(config: IngestConfig) -> dict[str, Any]:
+def ingest_trajectories(config: IngestConfig) -> IngestResult:
     src = Path(config.dataset)
     manifest = read_manifest(src)
     train, heldout = read_split(src, "train", manifest=manifest), read_split(src, "heldout", manifest=manifest)
@@ -131,5 +132,5 @@ def ingest_trajectories(config: IngestConfig) -> dict[str, Any]:
     write_text_atomic(out / "report.md", text)
     create_markdown_artifact(key="ingest", markdown=text, description="production trajectories re-scored")
     link_artifacts("ingest", {"report": out / "report.md", "version": version / "manifest.json"})
-    return {"version_dir": str(version), "added": len(rows), "buckets": dict(Counter(frame["bucket"])),
-            "report": str(out / "report.md"), "trajectories": str(out / "trajectories.parquet")}
+    return IngestResult(version_dir=str(version), added=len(rows), buckets=dict(Counter(frame["bucket"])),
+                        report=str(out / "report.md"), trajectories=str(out / "trajectories.parquet"))

@@ -25,6 +25,7 @@ from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig
 from flywheel.flows.eval import eval_policy
 from flywheel.flows.generate import run_generate
 from flywheel.flows.promote import promote_model
+from flywheel.flows.results import EvalSummary, PromoteResult, Result, RunSummary, StageSummary, TrainResult
 from flywheel.flows.runtime import link_artifacts
 from flywheel.flows.train import train_policy
 from flywheel.tasks.files import write_text_atomic
@@ -39,25 +40,25 @@ ROWS = (("success_rate", "success"), ("valid_output_rate", "valid output"), ("co
         ("latency_p95_s", "p95 latency s"))
 
 
-def _metric(summary: dict[str, Any], name: str) -> str:
-    m = summary["metrics"].get(name) or {}
-    if m.get("value") is None:
+def _metric(summary: EvalSummary, name: str) -> str:
+    m = summary.metrics.get(name)
+    if m is None or m.value is None:
         return "n/a"
-    return f"{m['value']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]"
+    return f"{m.value:.3f} [{m.lo:.3f}, {m.hi:.3f}]"
 
 
-def table(evals: dict[str, dict[str, Any]]) -> str:
+def table(evals: dict[str, EvalSummary]) -> str:
     head = "| metric | " + " | ".join(evals) + " |\n|---|" + "---|" * len(evals) + "\n"
     return head + "".join(f"| {label} | " + " | ".join(_metric(s, key) for s in evals.values()) + " |\n"
                           for key, label in ROWS)
 
 
-def _eval_of(stage: dict[str, Any]) -> dict[str, Any]:
-    return {"report": str(Path(stage["eval"]) / "report.json"), "metrics": stage["metrics"]}
+def _eval_of(stage: TrainResult) -> EvalSummary:
+    return EvalSummary(report=str(Path(stage.eval or "") / "report.json"), metrics=stage.metrics)
 
 
 def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
-           parent: str | None) -> dict[str, Any]:
+           parent: str | None) -> TrainResult:
     out = Path(config.out)
     sft = method == "sft"
     train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, limit=config.train_limit,
@@ -69,21 +70,22 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed)
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
-                                                              "registry": str(out / "registry"), "parent": parent})
+                                                              "registry": str(out / "registry"), "parent": parent}, TrainResult)
     return train_policy(train, evaluation, str(out / "registry"), parent)
 
 
-def _promote(config: RunConfig, version: str, candidate_eval: str) -> dict[str, Any]:
+def _promote(config: RunConfig, version: str, candidate_eval: str) -> PromoteResult:
     args = {"registry": str(Path(config.out) / "registry"), "ref": version,
             "baseline_eval": str(Path(config.out) / "eval-baseline"), "candidate_eval": candidate_eval,
             "config": GateConfig(seed=config.seed)}
     if config.gpu_pool:
-        return downstream(PROMOTE_DEPLOYMENT, None, args)  # promotion needs no GPU: any pool
+        return downstream(PROMOTE_DEPLOYMENT, None, args, PromoteResult)  # promotion needs no GPU: any pool
     return promote_model(**args)
 
 
-def downstream(name: str, pool: str | None, parameters: dict[str, Any]) -> dict[str, Any]:
-    """Run deployment NAME (on work pool POOL when given), wait for it and return its result."""
+def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: type[Result] | None = None) -> Any:
+    """Run deployment NAME (on work pool POOL when given), wait for it and return its result (as ``result``, a
+    typed flow result, when given: a worker's result may come back as the model or as its fields)."""
     from prefect import get_client
     from prefect.deployments import run_deployment
 
@@ -100,40 +102,43 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any]) -> dict[
     if run.state is None or not run.state.is_completed():
         state = run.state.type.value if run.state else "unknown"
         raise RuntimeError(f"{name} run {run.name} ended {state}: {run.state.message if run.state else ''}")
-    return run.state.result()
+    value = run.state.result()
+    return result.model_validate(value) if result is not None else value
 
 
 @flow(name="flywheel-run")
-def run_pipeline(config: RunConfig) -> dict[str, Any]:
+def run_pipeline(config: RunConfig) -> RunSummary:
     t0 = time.perf_counter()
     out = Path(config.out)
     gen = run_generate(GenerateConfig(env="tool_call", n=config.n, seed=config.seed, out=str(out / "datasets"),
                                       workers=config.workers, dask_address=config.dask_address))
-    dataset = gen["version_dir"]
+    dataset = gen.version_dir
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
                             seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature)
-    evals = {"baseline": eval_policy(evaluation)}
+    baseline = eval_policy(evaluation)
+    evals = {"baseline": EvalSummary(report=baseline.report, metrics=baseline.metrics)}
     model, parent, stages = None, None, {}
-    if evals["baseline"]["decision"] == "sft":
+    if baseline.decision == "sft":
         stages["sft"] = _train(config, dataset, "sft", None, evaluation, None)
         evals["after SFT"] = _eval_of(stages["sft"])
-        model, parent = stages["sft"]["adapter"], stages["sft"]["version"]
+        model, parent = stages["sft"].adapter, stages["sft"].version
     stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent)
     evals["after GRPO"] = _eval_of(stages["grpo"])
-    gate = _promote(config, stages["grpo"]["version"], stages["grpo"]["eval"])
+    gate = _promote(config, stages["grpo"].version or "", stages["grpo"].eval or "")
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run (seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: the first "
             f"{config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% bootstrap intervals "
             f"over tasks.\n\n{table(evals)}\n"
-            f"Gate: {'PASSED' if gate['passed'] else 'REJECTED'}, success {gate['success_delta']:+.3f} "
-            f"[{gate['success_ci'][0]:+.3f}, {gate['success_ci'][1]:+.3f}]; production -> "
-            f"{gate['version'] if gate['event'] else 'unchanged'}\n")
-    summary = {"dataset": dataset, "evals": {k: {"report": v["report"], "metrics": v["metrics"]} for k, v in evals.items()},
-               "stages": {k: {x: v[x] for x in ("adapter", "version", "eval", "train_s")} for k, v in stages.items()},
-               "gate": gate, "registry": str(out / "registry"), "wall_s": wall, "config": config.model_dump()}
+            f"Gate: {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
+            f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
+            f"{gate.version if gate.event else 'unchanged'}\n")
+    summary = RunSummary(dataset=dataset, evals=evals, stages={k: StageSummary(adapter=v.adapter, version=v.version,
+                                                                               eval=v.eval, train_s=v.train_s)
+                                                               for k, v in stages.items()},
+                         gate=gate, registry=str(out / "registry"), wall_s=wall, config=config)
     write_text_atomic(out / "summary.md", text)
-    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(summary.model_dump(), indent=2, default=str) + "\n")
     create_markdown_artifact(key="flywheel-run", markdown=text, description="end-to-end run: before/after")
     link_artifacts("flywheel-run", {"summary": out / "summary.md", "dataset": dataset,
-                                    **{name: v["report"] for name, v in evals.items()}})
+                                    **{name: v.report for name, v in evals.items()}})
     return summary

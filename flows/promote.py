@@ -15,13 +15,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from pydantic import ValidationError
 
+from flywheel.flows.results import PromoteResult
 from flywheel.flows.runtime import link_artifacts
 from flywheel.schemas import EvalReport
 from flywheel.tasks.files import write_text_atomic
@@ -73,7 +73,7 @@ def load_evals(baseline_eval: str, candidate_eval: str) -> tuple[EvalReport, pl.
 
 @flow(name="promote", persist_result=True)
 def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: str, config: GateConfig,
-                  override: str | None = None) -> dict[str, Any]:
+                  override: str | None = None) -> PromoteResult:
     reg = Registry(registry)
     version = reg.version(ref)
     base_report, base, _, cand = load_evals(baseline_eval, candidate_eval)
@@ -88,11 +88,9 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     write_text_atomic(gates / f"{stem}.md", text)
     create_markdown_artifact(key="gate-report", markdown=text, description=f"promotion gate for {version.id}")
     link_artifacts("gate", {"report": gates / f"{stem}.md", "json": gates / f"{stem}.json"})
-    summary = {"version": version.id, "passed": result.passed, "failures": result.failures(),
-               "success_delta": result.success_delta, "success_ci": result.success_ci,
-               "report": str(gates / f"{stem}.md"), "event": None}
     gate_info = {"passed": result.passed, "success_delta": result.success_delta, "success_ci": list(result.success_ci),
                  "report": f"gates/{stem}.json"}
-    if result.passed or override:
-        summary["event"] = reg.promote(version.id, gate_info, override).model_dump()
-    return summary
+    event = reg.promote(version.id, gate_info, override) if result.passed or override else None
+    return PromoteResult(version=version.id, passed=result.passed, failures=result.failures(),
+                         success_delta=result.success_delta, success_ci=result.success_ci,
+                         report=str(gates / f"{stem}.md"), event=event)

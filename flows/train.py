@@ -20,6 +20,7 @@ from prefect.concurrency.sync import concurrency
 
 from flywheel.flows.config import EvalConfig
 from flywheel.flows.eval import eval_policy
+from flywheel.flows.results import TrainResult, TrainRun
 from flywheel.flows.runtime import link_artifacts, progress
 from flywheel.schemas import EvalReport
 from flywheel.tasks.data.publish import read_manifest
@@ -34,7 +35,7 @@ COLUMNS = ("step", "loss", "reward", "train_invalid_rate", "train_unsafe_rate", 
 
 
 @task(name="train-adapter", tags=["gpu"], cache_policy=NO_CACHE)
-def train_adapter(config: TrainConfig) -> dict[str, Any]:
+def train_adapter(config: TrainConfig) -> TrainRun:
     logger = get_run_logger()
 
     def notify(row: dict[str, Any]) -> None:
@@ -44,23 +45,23 @@ def train_adapter(config: TrainConfig) -> dict[str, Any]:
     # the global concurrency limit "gpu" (deploy/start.sh creates it, 1 slot per GPU) queues a second training;
     # without that limit (embedded runs) this does nothing
     with concurrency(GPU_LIMIT, occupy=1):
-        return train(config, notify)
+        return TrainRun.model_validate(train(config, notify))
 
 
-def history_markdown(result: dict[str, Any]) -> str:
-    rows = result["history"]
+def history_markdown(result: TrainRun) -> str:
+    rows = result.history
     cols = [c for c in COLUMNS if any(c in r for r in rows)]
     cell = lambda v: "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
-    lines = [f"# {result['method'].upper()} on {result['tasks']} train tasks ({result['train_s']:.0f} s)", "",
+    lines = [f"# {result.method.upper()} on {result.tasks} train tasks ({result.train_s:.0f} s)", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
-def lineage(config: TrainConfig, result: dict[str, Any], parent: str | None) -> dict[str, Any]:
+def lineage(config: TrainConfig, result: TrainRun, parent: str | None) -> dict[str, Any]:
     """ModelVersion fields (besides files): where the adapter came from, all of it traceable."""
     manifest = read_manifest(Path(config.dataset))
-    base = Path(result["base_model"])
+    base = Path(result.base_model)
     root = adapter_base(base) if (base / "adapter_config.json").is_file() else base
     return {"name": f"{manifest.name}-{config.method}",
             "base_model": {"ref": "embedded" if config.model is None else config.model, "path": str(root),
@@ -69,28 +70,27 @@ def lineage(config: TrainConfig, result: dict[str, Any], parent: str | None) -> 
                         "content_hash": manifest.content_hash, "seeds_hash": manifest.seeds_hash,
                         "run_seed": manifest.run_seed},
             "verifiers": {manifest.env: get_verifier(manifest.env).VERSION},
-            "training": {"config": config.model_dump(), "train_s": result["train_s"], "tasks": result["tasks"],
-                         "resumed_from": result["resumed_from"], "last": result["history"][-1] if result["history"] else {}},
+            "training": {"config": config.model_dump(), "train_s": result.train_s, "tasks": result.tasks,
+                         "resumed_from": result.resumed_from, "last": result.history[-1] if result.history else {}},
             "parent": parent}
 
 
 @flow(name="train-policy", persist_result=True)
 def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, registry: str | None = None,
-                 parent: str | None = None) -> dict[str, Any]:
+                 parent: str | None = None) -> TrainResult:
     result = train_adapter(config)
     create_markdown_artifact(key=f"train-{config.method}", markdown=history_markdown(result),
                              description=f"{config.method} training log")
-    link_artifacts(f"train-{config.method}", {"metrics": Path(config.out) / "metrics.jsonl", "adapter": result["adapter"]})
-    summary = {"adapter": result["adapter"], "train_s": result["train_s"], "history": result["history"],
-               "eval": None, "version": None, "metrics": {}}
+    link_artifacts(f"train-{config.method}", {"metrics": Path(config.out) / "metrics.jsonl", "adapter": result.adapter})
+    folder, metrics, version = None, {}, None
     if evaluation is not None:
-        done = eval_policy(evaluation.model_copy(update={"model": result["adapter"], "out": str(Path(config.out) / "eval")}))
-        summary["eval"] = str(Path(config.out) / "eval")
-        report = EvalReport.model_validate_json(Path(done["report"]).read_text(encoding="utf-8"))
-        result["metrics"] = summary["metrics"] = {k: v.model_dump() for k, v in report.metrics.items()}
+        done = eval_policy(evaluation.model_copy(update={"model": result.adapter, "out": str(Path(config.out) / "eval")}))
+        folder = str(Path(config.out) / "eval")
+        metrics = EvalReport.model_validate_json(Path(done.report).read_text(encoding="utf-8")).metrics
     if registry is not None:
-        fields = lineage(config, result, parent) | {"metrics": result.get("metrics", {})}
-        report_path = Path(summary["eval"]) / "report.json" if summary["eval"] else None
-        summary["version"] = Registry(registry).register(Path(result["adapter"]), fields, report_path).id
-    return summary
+        fields = lineage(config, result, parent) | {"metrics": {k: v.model_dump() for k, v in metrics.items()}}
+        report_path = Path(folder) / "report.json" if folder else None
+        version = Registry(registry).register(Path(result.adapter), fields, report_path).id
+    return TrainResult(adapter=result.adapter, train_s=result.train_s, history=result.history, eval=folder,
+                       version=version, metrics=metrics)
 

@@ -51,15 +51,15 @@ def generate(
         summary = with_progress(lambda: run_generate(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
-    c = summary["counts"]
-    err.print(f"train {c['train']}, held-out {c['heldout']}, rejected {c['rejected']} of {c['candidates']} candidates; "
-              f"reasons: {summary['reject_reasons']}", highlight=False)
-    if summary["cache_hits"]:
-        err.print(f"from cache: {', '.join(summary['cache_hits'])}", highlight=False)
-    if c["train"] + c["heldout"] < config.n:
-        err.print(f"[yellow]only {c['train'] + c['heldout']} of {config.n} rows passed every stage "
+    c = summary.counts
+    err.print(f"train {c.train}, held-out {c.heldout}, rejected {c.rejected} of {c.candidates} candidates; "
+              f"reasons: {summary.reject_reasons}", highlight=False)
+    if summary.cache_hits:
+        err.print(f"from cache: {', '.join(summary.cache_hits)}", highlight=False)
+    if c.train + c.heldout < config.n:
+        err.print(f"[yellow]only {c.train + c.heldout} of {config.n} rows passed every stage "
                   "(candidate budget spent)[/yellow]")
-    typer.echo(summary["version_dir"])
+    typer.echo(summary.version_dir)
 
 
 @app.command()
@@ -78,10 +78,10 @@ def ingest(
         summary = in_api(lambda: ingest_trajectories(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
-    err.print(f"buckets   {json.dumps(summary['buckets'], sort_keys=True)}", highlight=False)
-    err.print(f"report    {summary['report']}", highlight=False)
-    err.print(f"added     {summary['added']} held-out regression tasks", highlight=False)
-    typer.echo(summary["version_dir"])
+    err.print(f"buckets   {json.dumps(summary.buckets, sort_keys=True)}", highlight=False)
+    err.print(f"report    {summary.report}", highlight=False)
+    err.print(f"added     {summary.added} held-out regression tasks", highlight=False)
+    typer.echo(summary.version_dir)
 
 
 @app.command()

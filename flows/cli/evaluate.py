@@ -94,16 +94,16 @@ def eval_(
         summary = with_progress(lambda: run_eval(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
-    m = summary["metrics"]
+    m = summary.metrics
     for name in dict.fromkeys(("valid_output_rate", "correct_tool_rate", "correct_args_rate", "unsafe_action_rate",
                                "pass@1", f"pass@{samples}", "mean_reward", "latency_p95_s")):
-        v = m.get(name, {})
-        if v.get("value") is not None:
-            err.print(f"{name:>20} {v['value']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}]", highlight=False)
-    b = summary["batches"]
-    err.print(f"batches: {b['run']} run, {b['reused']} reused of {b['total']}", highlight=False)
-    err.print(f"decision: {summary['decision'].upper()}: {summary['reason']}", highlight=False)
-    typer.echo(summary["report"])
+        v = m.get(name)
+        if v is not None and v.value is not None:
+            err.print(f"{name:>20} {v.value:.3f} [{v.lo:.3f}, {v.hi:.3f}]", highlight=False)
+    b = summary.batches
+    err.print(f"batches: {b.run} run, {b.reused} reused of {b.total}", highlight=False)
+    err.print(f"decision: {summary.decision.upper()}: {summary.reason}", highlight=False)
+    typer.echo(summary.report)
 
 
 @app.command()

@@ -39,14 +39,14 @@ def promote(
                                                 override))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
-    lo, hi = summary["success_ci"]
-    err.print(f"gate {'passed' if summary['passed'] else 'REJECTED'}: success {summary['success_delta']:+.3f} "
-              f"[{lo:+.3f}, {hi:+.3f}]; report {summary['report']}", highlight=False)
-    for failure in summary["failures"]:
+    lo, hi = summary.success_ci
+    err.print(f"gate {'passed' if summary.passed else 'REJECTED'}: success {summary.success_delta:+.3f} "
+              f"[{lo:+.3f}, {hi:+.3f}]; report {summary.report}", highlight=False)
+    for failure in summary.failures:
         err.print(f"  failed: {failure}", highlight=False)
-    if summary["event"] is None:
-        fail(f"production not moved: the gate rejected {summary['version']} (--override REASON to force)")
-    typer.echo(f"production -> {summary['version']}")
+    if summary.event is None:
+        fail(f"production not moved: the gate rejected {summary.version} (--override REASON to force)")
+    typer.echo(f"production -> {summary.version}")
 
 
 @app.command()

@@ -62,12 +62,13 @@ def train(
         summary = in_api(lambda: train_policy(config, evaluation, str(registry) if registry else None, parent))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
-    success = summary["metrics"].get("success_rate") or {}
-    err.print(f"trained {len(summary['history'])} steps in {summary['train_s']:.0f} s; held-out success "
-              f"{success.get('value')} [{success.get('lo')}, {success.get('hi')}]; eval {summary['eval']}", highlight=False)
-    if summary["version"]:
-        err.print(f"registered {summary['version']} as candidate in {registry}", highlight=False)
-    typer.echo(summary["adapter"])
+    success = summary.metrics.get("success_rate")
+    value, lo, hi = (success.value, success.lo, success.hi) if success else (None, None, None)
+    err.print(f"trained {len(summary.history)} steps in {summary.train_s:.0f} s; held-out success "
+              f"{value} [{lo}, {hi}]; eval {summary.eval}", highlight=False)
+    if summary.version:
+        err.print(f"registered {summary.version} as candidate in {registry}", highlight=False)
+    typer.echo(summary.adapter)
 
 
 @app.command("run")
@@ -94,13 +95,13 @@ def run_(
         summary = with_progress(lambda: run_pipeline(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
-    err.print(f"dataset   {summary['dataset']}", highlight=False)
-    for name, e in summary["evals"].items():
-        err.print(f"eval      {name}: {e['report']}", highlight=False)
-    for name, s in summary["stages"].items():
-        err.print(f"{name:<9} adapter {s['adapter']} -> registry version {s['version']}", highlight=False)
-    err.print(f"registry  {summary['registry']} (flywheel registry show production --registry ...)", highlight=False)
+    err.print(f"dataset   {summary.dataset}", highlight=False)
+    for name, e in summary.evals.items():
+        err.print(f"eval      {name}: {e.report}", highlight=False)
+    for name, s in summary.stages.items():
+        err.print(f"{name:<9} adapter {s.adapter} -> registry version {s.version}", highlight=False)
+    err.print(f"registry  {summary.registry} (flywheel registry show production --registry ...)", highlight=False)
     typer.echo((out / "summary.md").read_text(encoding="utf-8"))
-    if not summary["gate"]["passed"]:
+    if not summary.gate.passed:
         fail("the gate rejected the trained model: production was not moved (see the gate report above)")
 
