@@ -11,11 +11,12 @@ from pydantic import ValidationError
 
 from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, output_or_fail, with_progress
 from flywheel.flows.cli.jsonl import parse_line, read_jsonl, report_bad, write_atomic
+from flywheel.verifiers.envs import env_names  # discovery only: no env is imported
 
 
 @app.command()
 def generate(
-    env: str = typer.Option("tool_call", help="Environment whose seeds to vary (datasets/seeds/ENV.jsonl)."),
+    env: str = typer.Option("tool_call", help=f"Environment whose seeds to vary: {' | '.join(env_names())}."),
     n: int = typer.Option(..., "--n", help="Accepted rows wanted (train + held-out)."),
     seed: int = typer.Option(0, help="Run seed; every row seed derives from it."),
     out: Path = typer.Option(..., help="Output root: the version lands in OUT/NAME/VERSION/."),

@@ -14,7 +14,9 @@ from rich.console import Console
 
 from flywheel.flows.cli.base import app, check_output, err, explain, fail, output_or_fail, with_progress
 from flywheel.flows.cli.jsonl import parse_line, read_jsonl, report_bad, write_atomic
+from flywheel.verifiers import verifier_names  # the env registry's names (no env imported) + judge
 
+VERIFIER_HELP = f"Verifier name, one of {', '.join(verifier_names())}."
 
 def _verifier(name: str, judge_url: str | None, judge_model: str) -> Any:
     """The verifier module by name; the judge gets its endpoint here, and a judge without one is a config error."""
@@ -108,7 +110,7 @@ def eval_(
 
 @app.command()
 def score(
-    verifier: str = typer.Option(..., help="Verifier name, one of tool_call, math, cli, code, workplace, judge."),
+    verifier: str = typer.Option(..., help=VERIFIER_HELP),
     input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>" or [messages]} '
                                                     "per line (workplace: the trajectory, replayed in a fresh session)."),
     output: Path = typer.Option(..., help="JSONL: each input line plus its \"verdict\"."),
@@ -126,7 +128,7 @@ def score(
 
 @app.command("profile-reward")
 def profile_reward(
-    verifier: str = typer.Option(..., help="Verifier name, one of tool_call, math, cli, code, workplace, judge."),
+    verifier: str = typer.Option(..., help=VERIFIER_HELP),
     input: Path = typer.Option(..., "--input", help='Rollouts JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
     report: Path = typer.Option(None, help="Markdown report path (default: INPUT with .profile.md)."),
     samples: int = typer.Option(3, help="Sample outputs shown per score band."),

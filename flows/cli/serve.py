@@ -31,7 +31,8 @@ def serve(
 
 @app.command("serve-env")
 def serve_env(
-    env: str = typer.Option("workplace", help="Environment to serve (workplace)."),
+    env: str = typer.Option("workplace", help="Environment to serve: one whose spec has a resources server "
+                                              "(workplace)."),
     host: str = typer.Option("127.0.0.1", help="Bind address."),
     port: int = typer.Option(8100, help="Port."),
     max_sessions: int = typer.Option(4096, min=1, help="Open sessions allowed at once (429 beyond)."),
@@ -48,12 +49,14 @@ def serve_env(
     Sessions hold at most --max-sessions x --max-session-kb of data: 4096 x 256 KB = 1 GiB by default."""
     import uvicorn
 
-    from flywheel.verifiers.envs.workplace.workplace_server import Limits, create_app
+    from flywheel.verifiers.envs import env_names, get_env
 
-    if env != "workplace":
-        fail(f"--env {env!r} has no resources server; serve-env serves: workplace")
-    limits = Limits(max_sessions=max_sessions, session_ttl_s=session_ttl, session_max_age_s=session_max_age,
-                    max_body_kb=max_body_kb, max_session_kb=max_session_kb)
+    served = [name for name in env_names() if get_env(name).resources_server is not None]
+    if env not in served:
+        fail(f"--env {env!r} has no resources server; serve-env serves: {', '.join(served)}")
+    app_ = get_env(env).resources_server(max_sessions=max_sessions, session_ttl_s=session_ttl,  # type: ignore[misc]
+                                         session_max_age_s=session_max_age, max_body_kb=max_body_kb,
+                                         max_session_kb=max_session_kb)
     err.print(f"serving the {env} environment on http://{host}:{port} (docs at /docs)", highlight=False)
-    uvicorn.run(create_app(limits), host=host, port=port, log_level="warning")
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
 
