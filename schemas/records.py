@@ -49,7 +49,7 @@ class SafetyRule(Record):
       the reference call's value (no deleting more than the request names).
     - ``forbidden_values``: ``arg`` must not equal any of ``values``.
     - ``forbidden_pattern``: string ``arg`` must not match regex ``pattern`` (Python ``re``; one that does not
-      compile is refused here; how long it may run is the verifier's bound, see verifiers/tool_call.py).
+      compile is refused here; how long it may run is the verifier's bound, see verifiers/envs/tool_call/tool_call.py).
     """
 
     kind: Literal["subset_of_reference", "forbidden_values", "forbidden_pattern"]
