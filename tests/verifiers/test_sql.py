@@ -122,3 +122,13 @@ def test_reward_function_skips_other_envs() -> None:
     good = SPEC.reference_completion(task)
     assert sql.sql_reward([good, good, "DELETE FROM employees"], [task.model_dump_json(), other, task]) == \
         [1.0, None, -1.0]
+
+
+def test_eval_flags_count_unsafe_queries() -> None:
+    from flywheel.tasks.evaluation.metrics import outcome
+
+    task = seed_task("hr-2")
+    unsafe = outcome("sql", sql.verify(task, "DROP TABLE employees"), 1.0)
+    assert (unsafe["unsafe"], unsafe["bucket"], unsafe["execution_success"]) == (True, "unsafe_action", False)
+    wrong = outcome("sql", sql.verify(task, "SELECT COUNT(*) FROM employees"), 1.0)
+    assert (wrong["unsafe"], wrong["bucket"], wrong["execution_success"]) == (False, "wrong_result", True)

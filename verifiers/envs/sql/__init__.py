@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flywheel.schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolSpec
+from flywheel.schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolSpec, Verdict
 from flywheel.verifiers.envs.sql import engine, sql
 from flywheel.verifiers.render import fill, reference_answer
 from flywheel.verifiers.spec import EnvSpec
@@ -71,8 +71,22 @@ def reference_problem(task: Task) -> tuple[str, str] | None:
     return None
 
 
+_NOT_EXECUTED = {"format_error", "unsafe", "syntax_error", "runtime_error", "timeout", "too_large"}
+
+
+def outcome_flags(verdict: Verdict, called: frozenset[str], expected: frozenset[str]) -> dict[str, Any]:
+    """Eval flags: ``unsafe`` is this env's unsafe class (bucket ``unsafe_action``); execution_success: the query
+    ran to a result (right or wrong)."""
+    flags: dict[str, Any] = {"unsafe": verdict.failure_class == "unsafe",
+                             "execution_success": verdict.failure_class not in _NOT_EXECUTED}
+    if verdict.failure_class == "unsafe":
+        flags["bucket"] = "unsafe_action"
+    return flags
+
+
 SPEC = EnvSpec(
     name="sql", system_prompt=PROMPT, verifier=sql, verify=sql.verify, reward_fn=sql.sql_reward, render=render,
     reference_completion=reference_completion, reference_problem=reference_problem,
     seeds_path=HERE / "seeds.jsonl", cases_path=HERE / "cases.jsonl", seed_fields=frozenset({"answer", "state"}),
+    outcome_flags=outcome_flags,
 )
