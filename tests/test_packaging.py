@@ -27,14 +27,6 @@ SCANNED = (*LAYERS, "tests", "scripts", "bench")
 WHEEL = REPO / ".wheels" / "verifiers-0.4.0-py3-none-any.whl"
 WHEEL_SHA256 = "cf73b3089c12ff1e2471130153cfa93cfe9beb8b49abfb2ceb917658d99fefe2"  # PyPI's verifiers 0.4.0
 
-# Known violations in files other engineers own (issue 14, in progress): each xfail turns red once it is fixed.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {}
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"flywheel.verifiers.envs.tool_call.tool_call", "flywheel.verifiers.envs.tool_call.tool_checks"}):
-        "tool_call imports tool_checks, which imports tool_call back (module level, tool_checks.py:58)",
-}
-
-
 def module_name(path: Path) -> str | None:
     """flows/cli/x.py -> flywheel.flows.cli.x (a package's __init__ -> the package); None outside the layers."""
     rel = path.relative_to(REPO).with_suffix("")
@@ -103,14 +95,8 @@ def upward() -> dict[tuple[str, str], str]:
 
 
 def test_layers_point_one_way() -> None:
-    bad = [f"{at}: {src} imports {dst}" for (src, dst), at in upward().items() if (src, dst) not in KNOWN_UPWARD]
+    bad = [f"{at}: {src} imports {dst}" for (src, dst), at in upward().items()]
     assert not bad, "imports against flows -> tasks -> verifiers -> schemas:\n" + "\n".join(bad)
-
-
-@pytest.mark.parametrize("pair", [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=r))
-                                  for k, r in KNOWN_UPWARD.items()])
-def test_known_upward_import_is_gone(pair: tuple[str, str]) -> None:
-    assert pair not in upward()
 
 
 def cycles() -> list[frozenset[str]]:
@@ -148,14 +134,8 @@ def cycles() -> list[frozenset[str]]:
 def test_no_import_cycles() -> None:
     edges = graph()
     bad = [", ".join(f"{edges[a][b]} ({a} -> {b})" for a in sorted(c) for b in edges[a] if b in c)
-           for c in cycles() if c not in KNOWN_CYCLES]
+           for c in cycles()]
     assert not bad, "import cycles:\n" + "\n".join(bad)
-
-
-@pytest.mark.parametrize("cycle", [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=r))
-                                   for k, r in KNOWN_CYCLES.items()])
-def test_known_cycle_is_gone(cycle: frozenset[str]) -> None:
-    assert cycle not in cycles()
 
 
 # --- real installs (slow) -------------------------------------------------------------------------------------------

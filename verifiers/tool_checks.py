@@ -52,14 +52,12 @@ from typing import Any, NamedTuple
 import fastjsonschema
 
 from flywheel.schemas import SafetyRule, Task, ToolCall, ToolSpec, canonical_json
-
-# tool_call as a module, not its names: it imports this module back; normalize is looked up at call time.
 from flywheel.verifiers import bounds
-from flywheel.verifiers.envs.tool_call import tool_call
+from flywheel.verifiers.json_values import normalize
 
 # One call's schema check and safety rules take microseconds for a sane task; a second of CPU is a runaway regex.
-LIMITS = bounds.Limits(cpu_s=1, wall_s=4.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.tool_call.tool_checks",))
-SHIPPED_CATALOGS = Path(__file__).resolve().parents[1]  # verifiers/envs: every env folder's tools.json
+LIMITS = bounds.Limits(cpu_s=1, wall_s=4.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.tool_checks",))
+SHIPPED_CATALOGS = Path(__file__).resolve().parent / "envs"  # every env folder's tools.json
 # Shipped patterns that ``re`` runs in quadratic time (15 s on a 64 KB argument), each with an equivalent linear
 # pattern that the compiled validator matches with instead (the catalog's text cannot change: task ids hash it;
 # error messages keep naming the catalog's pattern). Equivalence, for A = [^@\s]: R matches A+ "\." A+ exactly when
@@ -206,10 +204,10 @@ def _breaks_rule(rule: SafetyRule, args: dict[str, Any], expected: ToolCall | No
     items = value if isinstance(value, list) else [value]
     if rule.kind == "subset_of_reference":
         allowed = expected.args.get(rule.arg, []) if expected else []
-        allowed_items = {tool_call.normalize(v) for v in (allowed if isinstance(allowed, list) else [allowed])}
-        return any(tool_call.normalize(v) not in allowed_items for v in items)
+        allowed_items = {normalize(v) for v in (allowed if isinstance(allowed, list) else [allowed])}
+        return any(normalize(v) not in allowed_items for v in items)
     if rule.kind == "forbidden_values":
-        return tool_call.normalize(value) in {tool_call.normalize(v) for v in rule.values}
+        return normalize(value) in {normalize(v) for v in rule.values}
     pattern = re.compile(rule.pattern or "")
     return any(isinstance(v, str) and pattern.search(v) is not None for v in items)
 

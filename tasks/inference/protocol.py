@@ -82,7 +82,9 @@ def parse_action(text: str | None) -> list[dict[str, Any]] | None:
 
 
 def call_arguments(tool_call: dict[str, Any]) -> Any:
-    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is."""
+    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is.
+    Same as flywheel.verifiers.common.call_arguments, kept here because this module also runs in .venv-vllm,
+    where flywheel.schemas (fastjsonschema) cannot be imported."""
     raw = tool_call.get("function", {}).get("arguments", {})
     if not isinstance(raw, str):
         return raw

@@ -26,8 +26,8 @@ from conftest import cli_server, within
 from flywheel.schemas import Task, ToolCall
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.tasks.data.validate import reference_completion
-from flywheel.verifiers import bounds
-from flywheel.verifiers.envs.tool_call import tool_call, tool_checks
+from flywheel.verifiers import bounds, tool_checks
+from flywheel.verifiers.envs.tool_call import tool_call
 from flywheel.verifiers.envs.workplace import workplace
 
 ROOT = Path(__file__).resolve().parents[2]

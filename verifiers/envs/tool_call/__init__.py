@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.schemas import Reference, SeedTask, Task, ToolCall, ToolSpec, Verdict
-from flywheel.verifiers.envs.tool_call import tool_call, tool_checks
+from flywheel.verifiers import tool_checks
+from flywheel.verifiers.envs.tool_call import tool_call
 from flywheel.verifiers.render import fill
 from flywheel.verifiers.spec import EnvSpec, renderer
 

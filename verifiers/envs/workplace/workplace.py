@@ -42,9 +42,9 @@ from typing import Any
 from flywheel.schemas import Task, ToolCall, Verdict, canonical_json
 from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, call_arguments, guarded_verify
-from flywheel.verifiers.envs.tool_call.tool_call import normalize
-from flywheel.verifiers.envs.tool_call.tool_checks import TaskBoundExceeded, checked_call, compile_checks, trusted
 from flywheel.verifiers.envs.workplace.workplace_tools import TOOLS, ToolError
+from flywheel.verifiers.json_values import normalize
+from flywheel.verifiers.tool_checks import TaskBoundExceeded, checked_call, compile_checks, trusted
 
 NAME = "workplace"
 VERSION = "1.1.0"  # 1.1: too_large, bounded untrusted checks, foreign $ref -> verifier_error

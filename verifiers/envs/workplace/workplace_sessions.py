@@ -17,8 +17,8 @@ from fastapi import HTTPException
 
 from flywheel.schemas import Task
 from flywheel.verifiers.common import one_line
-from flywheel.verifiers.envs.tool_call.tool_checks import validator_for
 from flywheel.verifiers.envs.workplace.workplace import Session
+from flywheel.verifiers.tool_checks import validator_for
 
 NODE_BYTES = 96  # a value or key as a Python object beyond its JSON text (object header, dict slot, list pointer)
 ENTRY_BYTES = 320  # one call-log entry beyond its arguments: a dict of five fields and an empty list
