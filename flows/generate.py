@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flywheel.flows.config import GenerateConfig
-from flywheel.flows.results import GenerateResult
+from flywheel.flows.results import GenerateResult, QualityResult, SplitResult, StageResult
 from flywheel.flows.runtime import (
     REJECT_SCHEMA,
     code_version,
@@ -64,16 +64,17 @@ class DatasetError(RuntimeError):
 
 
 @task(name="quality-suite", cache_policy=CACHE, persist_result=True)
-def quality_stage(cache: str, path: str, envs: tuple[str, ...], tools: tuple[str, ...], max_tool_share: float) -> dict:
+def quality_stage(cache: str, path: str, envs: tuple[str, ...], tools: tuple[str, ...],
+                  max_tool_share: float) -> QualityResult:
     result = run_suite(pl.read_parquet(path), QualityParams(envs=envs, tools=tools, max_tool_share=max_tool_share))
     out = stage_path(Path(cache), "quality", {"path": path, "tools": tools, "share": max_tool_share}, ".json")
     out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    return {"result": str(out), "passed": bool(result["success"]), "failed": failed_expectations(result)}
+    return QualityResult(result=str(out), passed=bool(result["success"]), failed=failed_expectations(result))
 
 
 @task(name="split-decontaminate", cache_policy=CACHE, persist_result=True)
 def split_stage(cache: str, path: str, heldout_fraction: float, split_seed: int, threshold: float,
-                ngram: int, unit: str) -> dict:
+                ngram: int, unit: str) -> SplitResult:
     t0 = time.perf_counter()
     rows = split_table(read_rows(path), heldout_fraction, split_seed)
     train = [r for r in rows if r["split"] == "train"]
@@ -89,8 +90,8 @@ def split_stage(cache: str, path: str, heldout_fraction: float, split_seed: int,
                                ("rejected", rejects, {**REJECT_SCHEMA, "cluster_id": pl.String, "group_id": pl.String,
                                                       "split": pl.String})):
         paths[name] = write_rows(part, base.with_name(f"{base.stem}-{name}.parquet"), schema)
-    return {**paths, "counts": {"train": len(train), "heldout": len(clean), "rejected": len(rejects)},
-            "seconds": time.perf_counter() - t0}
+    return SplitResult(**paths, counts={"train": len(train), "heldout": len(clean), "rejected": len(rejects)},
+                       seconds=time.perf_counter() - t0)
 
 
 @task(name="publish", cache_policy=NO_CACHE)
@@ -131,16 +132,16 @@ class RunLog:
     hits: list[str] = field(default_factory=list)
     walls: dict[str, float] = field(default_factory=dict)
 
-    def stage(self, task: Any, *args: Any) -> dict:
+    def stage(self, task: Any, *args: Any) -> Any:
         return run_stage(task, *args, hits=self.hits, walls=self.walls)
 
-    def add(self, stage: str, res: dict) -> None:
+    def add(self, stage: str, res: StageResult) -> None:
         counts = self.stage_counts.setdefault(stage, {})
         for key in ("in", "kept", "rejected"):
-            counts[key] = counts.get(key, 0) + res["counts"].get(key, 0)
-        for key, value in ((f"{stage}_s", res["seconds"]), (f"{stage}_work_s", res["work_seconds"])):
+            counts[key] = counts.get(key, 0) + res.counts.get(key, 0)
+        for key, value in ((f"{stage}_s", res.seconds), (f"{stage}_work_s", res.work_seconds)):
             self.timings[key] = self.timings.get(key, 0.0) + value
-        self.reject_files.append(res["rejected"])
+        self.reject_files.append(res.rejected)
 
 
 def generate_rounds(config: GenerateConfig, seeds_hash: str, log: RunLog) -> tuple[str | None, int]:
@@ -152,14 +153,14 @@ def generate_rounds(config: GenerateConfig, seeds_hash: str, log: RunLog) -> tup
         stop = start + _round_size(config.n - accepted, config.candidate_budget - start, acceptance)
         gen = log.stage(generate_stage, cache, config.seeds_dir, config.env, seeds_hash, config.seed, start, stop,
                         config.backend, config.model, config.base_url, config.partition_size)
-        exact = log.stage(exact_stage, cache, gen["kept"], prior, config.seeds_dir, config.env)
-        val = log.stage(validate_stage, cache, exact["kept"], config.partition_size)
-        near = log.stage(neardup_stage, cache, val["kept"], prior, config.parents, config.seeds_dir, config.env,
+        exact = log.stage(exact_stage, cache, gen.kept, prior, config.seeds_dir, config.env)
+        val = log.stage(validate_stage, cache, exact.kept, config.partition_size)
+        near = log.stage(neardup_stage, cache, val.kept, prior, config.parents, config.seeds_dir, config.env,
                          config.threshold, config.ngram, config.unit, config.partition_size)
         for stage, res in (("generate", gen), ("exact_dedupe", exact), ("validate", val), ("near_dedupe", near)):
             log.add(stage, res)
-        prior, accepted = near["kept"], near["counts"]["accepted_total"]
-        acceptance = max(near["counts"]["kept"], 1) / (stop - start)
+        prior, accepted = near.kept, near.accepted_total or 0
+        acceptance = max(near.counts["kept"], 1) / (stop - start)
         progress("rounds", accepted, config.n)
         start = stop
     return prior, start
@@ -194,14 +195,14 @@ def generate_dataset(config: GenerateConfig) -> GenerateResult:
         prior, candidates = generate_rounds(config, seeds_hash, log)
     selected = select_rows(config, prior, candidates, log)
     quality = log.stage(quality_stage, cache, selected, (config.env,), strata, config.max_tool_share)
-    if not quality["passed"]:
-        raise DatasetError(f"data-quality suite failed: {', '.join(quality['failed'])}; results in {quality['result']}")
+    if not quality.passed:
+        raise DatasetError(f"data-quality suite failed: {', '.join(quality.failed)}; results in {quality.result}")
     split = log.stage(split_stage, cache, selected, config.heldout_fraction, config.seed, config.threshold,
                       config.ngram, config.unit)
-    log.reject_files.append(split["rejected"])
-    log.stage_counts["split"] = split["counts"]
+    log.reject_files.append(split.rejected)
+    log.stage_counts["split"] = split.counts
     reasons = reason_counts(log.reject_files)
-    counts = {"train": split["counts"]["train"], "heldout": split["counts"]["heldout"],
+    counts = {"train": split.counts["train"], "heldout": split.counts["heldout"],
               "rejected": sum(reasons.values()), "candidates": candidates, "requested": config.n}
     manifest = {
         "env": config.env, "counts": counts, "stage_counts": log.stage_counts, "reject_reasons": reasons,
@@ -209,8 +210,8 @@ def generate_dataset(config: GenerateConfig) -> GenerateResult:
         "run_seed": config.seed, "code_version": code_version(), "seeds_hash": seeds_hash,
         "parents": tuple(config.parents), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    version_dir = publish_stage(config.out, config.dataset_name, split["train"], split["heldout"],
-                                log.reject_files, manifest, quality["result"])
+    version_dir = publish_stage(config.out, config.dataset_name, split.train, split.heldout,
+                                log.reject_files, manifest, quality.result)
     summary = {"version_dir": version_dir, "counts": counts, "stage_counts": log.stage_counts,
                "reject_reasons": reasons, "candidates": candidates, "cache_hits": log.hits,
                "timings": {**log.timings, "task_wall_s": log.walls, "dask_overhead_s": dask_overhead(),

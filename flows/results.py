@@ -136,3 +136,42 @@ class RunSummary(Result):
     registry: str
     wall_s: float
     config: RunConfig
+
+
+class StageResult(Result):
+    """A dataset stage task (generate, exact and near dedupe, validate): its parquet files, counts (in, kept,
+    rejected) and seconds; ``accepted_total`` (near dedupe) counts the rows accepted over every round so far."""
+
+    kept: str
+    rejected: str
+    counts: dict[str, int]
+    seconds: float
+    work_seconds: float
+    accepted_total: int | None = None
+
+    def files(self) -> list[str]:
+        return [self.kept, self.rejected]
+
+
+class QualityResult(Result):
+    """The data-quality suite: its JSON result file, whether it passed and the failed expectations."""
+
+    result: str
+    passed: bool
+    failed: list[str]
+
+    def files(self) -> list[str]:
+        return [self.result]
+
+
+class SplitResult(Result):
+    """The split + decontamination stage: train, held-out and rejected parquet files, their counts."""
+
+    train: str
+    heldout: str
+    rejected: str
+    counts: dict[str, int]
+    seconds: float
+
+    def files(self) -> list[str]:
+        return [self.train, self.heldout, self.rejected]

@@ -20,6 +20,7 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
+from flywheel.flows.results import StageResult
 from flywheel.flows.runtime import (
     REJECT_SCHEMA,
     ROW_SCHEMA,
@@ -45,14 +46,13 @@ CACHE = TASK_SOURCE + INPUTS + CacheKeyFnPolicy(cache_key_fn=lambda context, par
 ACCEPTED_SCHEMA = {**ROW_SCHEMA, "cluster_id": pl.String}
 
 
-def run_stage(stage: Any, *args: Any, hits: list[str], walls: dict[str, float] | None = None) -> dict:
+def run_stage(stage: Any, *args: Any, hits: list[str], walls: dict[str, float] | None = None) -> Any:
     """Run a stage task; note cache hits and the task's wall time as the flow sees it (Prefect
     overhead included); recompute if a cached result's files are gone."""
     start = time.perf_counter()
     state = stage(*args, return_state=True)
     result = state.result()
-    files = [v for k, v in result.items() if isinstance(v, str) and k in ("kept", "rejected", "train", "heldout", "result")]
-    if state.name == "Cached" and all(Path(f).exists() for f in files):
+    if state.name == "Cached" and all(Path(f).exists() for f in result.files()):
         hits.append(stage.name)
     elif state.name == "Cached":
         result = stage.with_options(refresh_cache=True)(*args)
@@ -71,14 +71,11 @@ def load_env(seeds_dir: str, env: str) -> tuple[dict[str, Any], list[Any]]:
 
 
 def _result(kept: list[dict] | pl.DataFrame, rejected: list[dict], path: Path, start: float, work: float,
-            schema: dict) -> dict:
-    return {
-        "kept": write_rows(kept, path, schema),
-        "rejected": write_rows(rejected, path.with_name(path.stem + "-rejected.parquet"), REJECT_SCHEMA),
-        "counts": {"in": len(kept) + len(rejected), "kept": len(kept), "rejected": len(rejected)},
-        "seconds": time.perf_counter() - start,
-        "work_seconds": work,
-    }
+            schema: dict, accepted_total: int | None = None) -> StageResult:
+    return StageResult(kept=write_rows(kept, path, schema),
+                       rejected=write_rows(rejected, path.with_name(path.stem + "-rejected.parquet"), REJECT_SCHEMA),
+                       counts={"in": len(kept) + len(rejected), "kept": len(kept), "rejected": len(rejected)},
+                       seconds=time.perf_counter() - start, work_seconds=work, accepted_total=accepted_total)
 
 
 def _generate_part(ks: range, seeds: list, tools: dict, run_seed: int, part_dir: str) -> tuple[str, list]:
@@ -90,7 +87,7 @@ def _generate_part(ks: range, seeds: list, tools: dict, run_seed: int, part_dir:
 
 @task(name="generate-variants", cache_policy=CACHE, persist_result=True)
 def generate_stage(cache: str, seeds_dir: str, env: str, seeds_hash: str, run_seed: int, start: int, stop: int,
-                   backend: str, model: str | None, base_url: str | None, partition_size: int) -> dict:
+                   backend: str, model: str | None, base_url: str | None, partition_size: int) -> StageResult:
     t0 = time.perf_counter()
     tools, seeds = load_env(seeds_dir, env)
     parts = chunks(range(start, stop), partition_size)
@@ -120,7 +117,7 @@ def generate_stage(cache: str, seeds_dir: str, env: str, seeds_hash: str, run_se
 
 
 @task(name="exact-dedupe", cache_policy=CACHE, persist_result=True)
-def exact_stage(cache: str, path: str, prior: str | None, seeds_dir: str, env: str) -> dict:
+def exact_stage(cache: str, path: str, prior: str | None, seeds_dir: str, env: str) -> StageResult:
     t0 = time.perf_counter()
     tools, seeds = load_env(seeds_dir, env)
     seen = {seed_task(s, tools).id for s in seeds} | {r["id"] for r in read_rows(prior)}
@@ -137,7 +134,7 @@ def _validate_part(bounds: tuple[int, int], path: str) -> list[tuple[int, str, s
 
 
 @task(name="validate", cache_policy=CACHE, persist_result=True)
-def validate_stage(cache: str, path: str, partition_size: int) -> dict:
+def validate_stage(cache: str, path: str, partition_size: int) -> StageResult:
     t0 = time.perf_counter()
     rows = read_rows(path)
     bounds = [(i, partition_size) for i in range(0, len(rows), partition_size)]
@@ -164,7 +161,7 @@ def reference_texts(seeds_dir: str, env: str, prior: str | None, parents: tuple[
 
 @task(name="near-dedupe", cache_policy=CACHE, persist_result=True)
 def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, ...], seeds_dir: str, env: str,
-                  threshold: float, ngram: int, unit: str, partition_size: int) -> dict:
+                  threshold: float, ngram: int, unit: str, partition_size: int) -> StageResult:
     t0 = time.perf_counter()
     params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
     rows = read_rows(path)
@@ -184,6 +181,5 @@ def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, 
             rejects.append(reject_row(row, "near_dedupe", reason, f"Jaccard {sim:.3f} with {dup} (cluster {cluster})"))
     accepted = read_rows(prior) + kept  # rows accepted in earlier rounds come first: candidate order
     key = {"path": path, "prior": prior, "parents": parents, "t": threshold, "n": ngram, "u": unit}
-    out = _result(accepted, rejects, stage_path(Path(cache), "neardup", key), t0, work, ACCEPTED_SCHEMA)
-    out["counts"] = {"in": len(rows), "kept": len(kept), "rejected": len(rejects), "accepted_total": len(accepted)}
-    return out
+    out = _result(accepted, rejects, stage_path(Path(cache), "neardup", key), t0, work, ACCEPTED_SCHEMA, len(accepted))
+    return out.model_copy(update={"counts": {"in": len(rows), "kept": len(kept), "rejected": len(rejects)}})
