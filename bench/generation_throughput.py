@@ -62,9 +62,12 @@ def main() -> None:
     reqs, sampling = requests(n), Sampling(temperature=0.7, top_p=0.95, max_tokens=t)
     out = Path(__file__).with_name("generation_result.json")
     earlier = json.loads(out.read_text())["results"] if out.is_file() else {}
-    results = {**earlier, **{kind: measure(kind, reqs, sampling, r) for kind in kinds}}  # a rerun of one backend keeps the other
-    record = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-              "command": f"python bench/generation_throughput.py {n} {t} {r} BACKEND (each backend run on an idle machine)",
+    # a rerun of one backend keeps the other
+    results = {**earlier, **{kind: measure(kind, reqs, sampling, r) for kind in kinds}}
+    record = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version()},
+              "command": f"python bench/generation_throughput.py {n} {t} {r} BACKEND "
+                         "(each backend run on an idle machine)",
               "model": "embedded SmolLM2-135M-Instruct (fp32 safetensors)", "requests": n, "max_tokens": t,
               "results": results}
     print(json.dumps(record, indent=2))

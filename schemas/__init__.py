@@ -1,6 +1,14 @@
 """Records shared by every stage (see records.py, seeds.py and evaluation.py)."""
 
-from flywheel.schemas.evaluation import Decision, EvalReport, FailureBucket, FailureExample, Metric, TaskPass, Thresholds
+from flywheel.schemas.evaluation import (
+    Decision,
+    EvalReport,
+    FailureBucket,
+    FailureExample,
+    Metric,
+    TaskPass,
+    Thresholds,
+)
 from flywheel.schemas.records import (
     CodeTest,
     DatasetManifest,

@@ -65,7 +65,8 @@ class SafetyRule(Record):
             try:
                 re.compile(self.pattern or "")
             except re.error as err:
-                raise ValueError(f"safety rule 'forbidden_pattern': {self.pattern!r} is not a Python regex ({err})") from None
+                raise ValueError(f"safety rule 'forbidden_pattern': {self.pattern!r} "
+                                 f"is not a Python regex ({err})") from None
         if self.kind == "forbidden_values" and not self.values:
             raise ValueError("safety rule 'forbidden_values' needs non-empty 'values'")
         return self

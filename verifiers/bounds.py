@@ -22,7 +22,8 @@ Contract:
   part of their call's bounds. A caller that must not wait long (a server thread: ``serve-env``) passes
   ``wait_s``: when no worker frees up within it, ``Busy`` is raised and nothing was called. Idle workers are
   kept (one of other limits is killed to make room); each exits when the parent does, even on SIGKILL (its
-  request pipe closes; a call in progress ends at its CPU bound first). A forked child never shares its parent's workers.
+  request pipe closes; a call in progress ends at its CPU bound first). A forked child never shares its parent's
+  workers.
 - ``IN_WORKER`` is True inside a worker: code that bounds its own steps runs them inline there, since the whole
   call is already under a bound (no worker starts a worker).
 """
@@ -261,7 +262,8 @@ def serve() -> None:
     for name in warm:
         __import__(name)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard), hard))
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard), hard))
     send.send("ready")
     _, cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)
     while True:
@@ -270,7 +272,8 @@ def serve() -> None:
         except (EOFError, OSError):
             return  # the parent is gone
         soft = int(_cpu_seconds()) + 1 + cpu_s
-        resource.setrlimit(resource.RLIMIT_CPU, (soft if cpu_hard == resource.RLIM_INFINITY else min(soft, cpu_hard), cpu_hard))
+        resource.setrlimit(resource.RLIMIT_CPU,
+                           (soft if cpu_hard == resource.RLIM_INFINITY else min(soft, cpu_hard), cpu_hard))
         try:
             reply: tuple[int, str, Any] = (number, "ok", fn(*args))
         except MemoryError:

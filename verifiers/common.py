@@ -59,7 +59,8 @@ def guarded_verify(name: str, version: str, score: Callable[[Task, str], Verdict
     try:
         return score(task, completion)
     except Exception as err:  # the verifier failed, not the sample: report it as data, keep the run going
-        return Verdict(reward=None, valid=False, failure_class="verifier_error", details=f"{type(err).__name__}: {err}",
+        return Verdict(reward=None, valid=False, failure_class="verifier_error",
+                       details=f"{type(err).__name__}: {err}",
                        verifier=name, verifier_version=version)
 
 

@@ -175,7 +175,8 @@ def converse(channel: Channel, code: str, entry_point: str, inputs: list[list[An
         if reply is None:
             return "stopped"
         if not _answers(reply, nonce):
-            result.tampering = f"test {i}: a line that is not the one reply to its request (forged, duplicated or out of order)"
+            result.tampering = (f"test {i}: a line that is not the one reply to its request "
+                                "(forged, duplicated or out of order)")
             return "stopped"
         if "value" in reply:
             result.events.append({"event": "test", "i": i, "value": reply["value"]})

@@ -60,7 +60,8 @@ def category_strata(seeds: Sequence[SeedTask], tools: Mapping[str, ToolSpec]) ->
 
 
 def renderer(system_prompt: str, reference: ReferenceBuilder) -> Renderer:
-    """The usual renderer: system prompt + request as messages, the seed's tools, ``reference(seed, tools, values)``."""
+    """The usual renderer: system prompt + request as messages, the seed's tools,
+    ``reference(seed, tools, values)``."""
     def render(seed: SeedTask, tools: Mapping[str, ToolSpec], request: str, values: dict[str, Any],
                meta: TaskMeta) -> Task:
         messages = (Message(role="system", content=system_prompt), Message(role="user", content=request))
@@ -103,7 +104,8 @@ class EnvSpec:
                     raise ValueError(f"template {template!r} must use exactly the slots {sorted(seed.slots)}")
         given = {k for k in SEED_FIELDS if getattr(seed, k, None)}
         if given != set(self.seed_fields):
-            raise ValueError(f"{self.name} seeds give exactly {sorted(self.seed_fields)}; this one gives {sorted(given)}")
+            raise ValueError(f"{self.name} seeds give exactly {sorted(self.seed_fields)}; "
+                             f"this one gives {sorted(given)}")
 
     def check_reference(self, task: Task) -> tuple[str, str] | None:
         """None when the task's reference is usable, else (reason, detail): the env's structural checks, then the
@@ -113,5 +115,6 @@ class EnvSpec:
             return problem
         verdict = self.verify(task, self.reference_completion(task))
         if verdict.reward != 1.0:
-            return "reference_not_full_reward", f"reward {verdict.reward} ({verdict.failure_class}): {verdict.details}"[:300]
+            return "reference_not_full_reward", (f"reward {verdict.reward} ({verdict.failure_class}): "
+                                                 f"{verdict.details}")[:300]
         return None

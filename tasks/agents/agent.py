@@ -19,7 +19,15 @@ from typing import Any, Protocol
 import httpx
 
 from flywheel.schemas import Task, Verdict
-from flywheel.tasks.inference.policy import Backend, Generation, Request, Sampling, batch_seed, call_arguments, parse_action
+from flywheel.tasks.inference.policy import (
+    Backend,
+    Generation,
+    Request,
+    Sampling,
+    batch_seed,
+    call_arguments,
+    parse_action,
+)
 from flywheel.verifiers.envs.workplace.workplace import Session, score_session
 
 
@@ -51,7 +59,8 @@ class Episode:
 
 
 def openai_tools(task: Task) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+    return [{"type": "function",
+             "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
             for t in task.tools]
 
 

@@ -52,7 +52,8 @@ class NearDupParams:
         if self.unit not in MAX_NGRAM:
             raise ValueError(f"unit must be 'word' or 'char', got {self.unit!r}")
         if not 1 <= self.ngram <= MAX_NGRAM[self.unit]:
-            raise ValueError(f"ngram must be between 1 and {MAX_NGRAM[self.unit]} for unit {self.unit!r}, got {self.ngram}")
+            raise ValueError(f"ngram must be between 1 and {MAX_NGRAM[self.unit]} for unit {self.unit!r}, "
+                             f"got {self.ngram}")
         if self.num_perm % self.bands:
             raise ValueError(f"num_perm ({self.num_perm}) must be a multiple of bands ({self.bands})")
 

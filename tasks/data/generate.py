@@ -75,12 +75,14 @@ def balanced(seeds: Sequence[SeedTask]) -> list[SeedTask]:
     return [seeds[i] for _, _, i in sorted(keys)]
 
 
-def candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int) -> tuple[Task, dict[str, Any]]:
+def candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec],
+              run_seed: int) -> tuple[Task, dict[str, Any]]:
     """Candidate ``k`` as a Task plus the slot values it was built from (``seeds`` in file order)."""
     return _candidate(k, balanced(seeds), tools, run_seed)
 
 
-def _candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int) -> tuple[Task, dict[str, Any]]:
+def _candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec],
+               run_seed: int) -> tuple[Task, dict[str, Any]]:
     seed = seeds[k % len(seeds)]
     variant = k // len(seeds)
     rs = row_seed(run_seed, seed.id, variant)
@@ -136,7 +138,8 @@ def generate_candidates(
     for k, (task, values), text in zip(ks, built, texts, strict=True):
         problem = check_paraphrase(task.prompt, text, values)
         if problem:
-            rejects.append(reject_row(task_row(task, k), "generate", "paraphrase_lost_value", f"{problem}: {text[:300]!r}"))
+            rejects.append(reject_row(task_row(task, k), "generate", "paraphrase_lost_value",
+                                      f"{problem}: {text[:300]!r}"))
         else:
             rows.append(task_row(_with_request(task, text.strip(), paraphraser.name), k))
     return rows, rejects

@@ -10,8 +10,8 @@ Contract:
   ``no_reference``. Buckets: ``passed``, a verifier failure class, ``no_reference``, ``unknown_tool``,
   ``invalid_reference`` (the corrected call does not itself score 1.0, e.g. breaks the tool's schema),
   ``unsupported_env``; ``disagrees`` marks a verifier pass on a failed outcome (a verifier gap to look at).
-- A scored failure becomes a held-out regression Task: the user's request, the env's system prompt (as seeds render it), the
-  catalog's tools named in the trajectory, the corrected call as reference.
+- A scored failure becomes a held-out regression Task: the user's request, the env's system prompt (as seeds render
+  it), the catalog's tools named in the trajectory, the corrected call as reference.
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec]) -> dict[str, Any]:
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         return row | {"bucket": "no_reference", "detail": f"unreadable corrected call: {exc}"}
     if not calls or user is None or action is None:
-        return row | {"bucket": "no_reference", "detail": "no user request, agent action, correction or successful outcome"}
+        return row | {"bucket": "no_reference",
+                      "detail": "no user request, agent action, correction or successful outcome"}
     unknown = [n for n in _tool_names(traj, calls) if n not in catalog]
     if unknown:
         return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}

@@ -43,7 +43,8 @@ def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | 
         return "empty paraphrase"
     if len(cleaned) > 3 * len(original) + 40:
         return "paraphrase far longer than the request"
-    lost = [f"{slot}={format_value(v)!r}" for slot, v in values.items() if _fold(format_value(v)) not in _fold(cleaned)]
+    lost = [f"{slot}={format_value(v)!r}" for slot, v in values.items()
+            if _fold(format_value(v)) not in _fold(cleaned)]
     return f"lost or changed {', '.join(lost)}" if lost else None
 
 

@@ -104,7 +104,8 @@ def publish(out_dir: Path, name: str, frames: dict[str, pl.DataFrame], manifest_
         version = f"v-{digest[:12]}"
         manifest = DatasetManifest(name=name, version=version, content_hash=digest, files=hashes, **manifest_fields)
         for fname, payload in {"manifest.json": manifest.model_dump(mode="json"), **(extra_json or {})}.items():
-            (tmp / fname).write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+            (tmp / fname).write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n",
+                                     encoding="utf-8")
         target = root / version
         try:
             os.rename(tmp, target)  # refuses a non-empty target: a published version is never replaced

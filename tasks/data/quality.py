@@ -51,7 +51,8 @@ def _suite(gx: Any, p: QualityParams) -> Any:
         e.ExpectColumnValuesToNotBeNull(column="row_seed"),
         e.ExpectColumnValuesToBeInSet(column="env", value_set=list(p.envs)),
         e.ExpectColumnValuesToBeInSet(column="tool", value_set=list(p.tools)),
-        e.ExpectColumnValueLengthsToBeBetween(column="prompt", min_value=p.min_prompt_chars, max_value=p.max_prompt_chars),
+        e.ExpectColumnValueLengthsToBeBetween(column="prompt", min_value=p.min_prompt_chars,
+                                              max_value=p.max_prompt_chars),
         e.ExpectColumnValuesToBeBetween(column="tool_share", min_value=0, max_value=p.max_tool_share),
         e.ExpectTableRowCountToBeBetween(min_value=1),
     ):
@@ -82,7 +83,8 @@ def run_suite(df: pl.DataFrame, params: QualityParams) -> dict[str, Any]:
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(globally=False)
-    batch = ctx.data_sources.add_pandas("rows").add_dataframe_asset("table").add_batch_definition_whole_dataframe("all")
+    batch = (ctx.data_sources.add_pandas("rows").add_dataframe_asset("table")
+             .add_batch_definition_whole_dataframe("all"))
     suite = ctx.suites.add(_suite(gx, params))
     vd = ctx.validation_definitions.add(gx.ValidationDefinition(name="flywheel_dataset", data=batch, suite=suite))
     table = table_for_quality(df)

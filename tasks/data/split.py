@@ -61,7 +61,8 @@ def _rank(split_seed: int, group: str) -> str:
     return hashlib.sha256(f"{split_seed}:{group}".encode()).hexdigest()
 
 
-def assign_splits(tools: Sequence[str], group_ids: Sequence[str], heldout_fraction: float, split_seed: int) -> list[str]:
+def assign_splits(tools: Sequence[str], group_ids: Sequence[str], heldout_fraction: float,
+                  split_seed: int) -> list[str]:
     if not 0.0 < heldout_fraction < 1.0:
         raise ValueError(f"heldout_fraction must be in (0, 1), got {heldout_fraction}")
     size: dict[str, int] = defaultdict(int)
@@ -106,11 +107,13 @@ def contamination(
             continue
         sims = [jaccard(held_sh[i], train_sh[j]) for j in index.query(keys[len(train_sh) + i])]
         best = max(sims, default=0.0)
-        out.append(("near_duplicate_of_train", f"Jaccard {best:.3f} with a train row") if best >= params.threshold else None)
+        out.append(("near_duplicate_of_train", f"Jaccard {best:.3f} with a train row")
+                   if best >= params.threshold else None)
     return out
 
 
-def split_table(rows: list[dict[str, Any]], heldout_fraction: float, split_seed: int, ngram: int = 13) -> list[dict[str, Any]]:
+def split_table(rows: list[dict[str, Any]], heldout_fraction: float, split_seed: int,
+                ngram: int = 13) -> list[dict[str, Any]]:
     """Rows with ``group_id`` and ``split`` added."""
     gids = groups([r["id"] for r in rows], [r["cluster_id"] for r in rows], [r["prompt"] for r in rows], ngram)
     sides = assign_splits([r["tool"] for r in rows], gids, heldout_fraction, split_seed)

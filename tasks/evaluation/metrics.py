@@ -44,7 +44,8 @@ def bucket_of(verdict: Verdict, success: bool, stop_reason: str) -> str | None:
 
 
 def outcome(env: str, verdict: Verdict, success_threshold: float, stop_reason: str = "answer",
-            tools_called: frozenset[str] = frozenset(), tools_expected: frozenset[str] = frozenset()) -> dict[str, Any]:
+            tools_called: frozenset[str] = frozenset(),
+            tools_expected: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Flags of one scored rollout (see the module contract)."""
     ok = verdict.valid and verdict.reward is not None
     success = ok and verdict.reward >= success_threshold  # type: ignore[operator]
@@ -143,7 +144,8 @@ def per_task(frame: pl.DataFrame) -> pl.DataFrame:
                  (pl.col("reward").n_unique() == 1).alias("equal_rewards"))
             .with_columns((pl.col("successes") / pl.col("samples")).alias("pass_rate"))
             .with_columns(pl.when(pl.col("pass_rate") >= 1.0).then(pl.lit("always"))
-                          .when(pl.col("successes") == 0).then(pl.lit("never")).otherwise(pl.lit("mixed")).alias("mark")))
+                          .when(pl.col("successes") == 0).then(pl.lit("never")).otherwise(pl.lit("mixed"))
+                          .alias("mark")))
 
 
 def task_pass(table: pl.DataFrame) -> TaskPass:
@@ -161,7 +163,8 @@ def buckets(frame: pl.DataFrame, examples: int = 3, width: int = 300) -> dict[st
         shown = tuple(FailureExample(task_id=r["task_id"], sample=r["sample"], prompt=r["prompt"][:width],
                                      completion=r["completion"][:width], details=r["details"][:width])
                       for r in part.head(examples).iter_rows(named=True))
-        out[name] = FailureBucket(count=part.height, share=round(part.height / total, 6), classes=classes, examples=shown)
+        out[name] = FailureBucket(count=part.height, share=round(part.height / total, 6), classes=classes,
+                                  examples=shown)
     return out
 
 

@@ -46,7 +46,8 @@ def profile_markdown(rows: list[dict[str, Any]], verifier: str, samples: int = 3
         picked = [r for r in valid if band_of(r["verdict"]["reward"]) == name][:samples]
         if picked:
             lines += [f"### {name}", "", "| reward | failure class | completion | details |", "|---:|---|---|---|"]
-            lines += [f"| {r['verdict']['reward']} | {r['verdict']['failure_class'] or ''} | `{_cell(r['completion'])}` "
+            lines += [f"| {r['verdict']['reward']} | {r['verdict']['failure_class'] or ''} | "
+                      f"`{_cell(r['completion'])}` "
                       f"| {_cell(r['verdict'].get('details', ''))} |" for r in picked]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -28,7 +28,8 @@ def plots(report: EvalReport, rollouts: pl.DataFrame, out: Path) -> dict[str, st
     import matplotlib.pyplot as plt
 
     files = {}
-    names = [n for n in (*PLOTTED, f"pass@{report.samples}") if report.metrics.get(n) and report.metrics[n].value is not None]
+    names = [n for n in (*PLOTTED, f"pass@{report.samples}")
+             if report.metrics.get(n) and report.metrics[n].value is not None]
     names = list(dict.fromkeys(names))
     fig, ax = plt.subplots(figsize=(8, 3.6))
     values = [report.metrics[n].value or 0.0 for n in names]
@@ -69,7 +70,8 @@ def _fmt(m: Metric | None) -> str:
 def _table(groups: dict[str, dict[str, Metric]], names: tuple[str, ...]) -> list[str]:
     lines = ["| | n | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
     for key, metrics in groups.items():
-        cells = [f"{metrics[n].value:.3f}" if metrics.get(n) and metrics[n].value is not None else "n/a" for n in names]
+        cells = [f"{metrics[n].value:.3f}" if metrics.get(n) and metrics[n].value is not None else "n/a"
+                 for n in names]
         lines.append(f"| {key} | {metrics['success_rate'].n} | " + " | ".join(cells) + " |")
     return lines
 
@@ -77,7 +79,8 @@ def _table(groups: dict[str, dict[str, Metric]], names: tuple[str, ...]) -> list
 def markdown(report: EvalReport) -> str:
     r, k = report, report.samples
     lines = [
-        f"# Evaluation: {r.model['ref']} ({r.model['backend']}) on {r.dataset['name']} {r.dataset['version']} {r.split}",
+        f"# Evaluation: {r.model['ref']} ({r.model['backend']}) on {r.dataset['name']} {r.dataset['version']} "
+        f"{r.split}",
         "", f"**Decision: {r.decision.action.upper()}**: {r.decision.reason}.", "",
         f"{r.n_tasks} tasks x {k} sample(s) = {r.n_rollouts} rollouts; seed {r.seed}; sampling {r.sampling}; "
         f"success = reward >= {r.success_threshold}; verifiers {r.verifiers}.", "",
@@ -86,7 +89,8 @@ def markdown(report: EvalReport) -> str:
         if name in r.metrics:
             lines.append(f"| {name} | {_fmt(r.metrics[name])} | {r.metrics[name].n} |")
     lines += ["", "![metrics](metrics.png)", "", "## Per environment", ""]
-    per = ("success_rate", "valid_output_rate", "correct_tool_rate", "correct_args_rate", "unsafe_action_rate", "mean_reward")
+    per = ("success_rate", "valid_output_rate", "correct_tool_rate", "correct_args_rate", "unsafe_action_rate",
+           "mean_reward")
     lines += _table(r.per_env, per) + ["", "## Per tool (or category)", ""] + _table(r.per_tool, per)
     lines += ["", "## Failure buckets", "", "![failures](failures.png)", "", "| bucket | rollouts | share | classes |",
               "|---|---:|---:|---|"]
@@ -102,7 +106,8 @@ def markdown(report: EvalReport) -> str:
               f"always solved {tp.always}, never solved {tp.never}, mixed {tp.mixed}; {tp.equal_rewards} tasks gave "
               f"every sample the same reward (GRPO learns nothing from them). Per task: `{r.files['per_task']}`.",
               "", "![rewards](rewards.png)", "",
-              f"Dataset `{r.dataset['path']}` (content {r.dataset['content_hash'][:12]}), model `{r.model['model_id']}` "
+              f"Dataset `{r.dataset['path']}` (content {r.dataset['content_hash'][:12]}), "
+              f"model `{r.model['model_id']}` "
               f"(hash {str(r.model.get('hash'))[:12]}), code {r.code_version}; batches {r.batches}."]
     return "\n".join(lines) + "\n"
 

@@ -90,7 +90,8 @@ def run_batch(backend: Backend, items: list[tuple[Task, str, int, int]], samplin
               max_steps: int, concurrency: int = 1) -> list[dict[str, Any]]:
     """Rows for (task, tool label, sample, seed) items, in their order."""
     single = [it for it in items if not get_env(it[0].env).multi_turn]
-    rows = {(r["task_id"], r["sample"]): r for r in (_single_turn(backend, single, sampling, threshold) if single else [])}
+    rows = {(r["task_id"], r["sample"]): r
+            for r in (_single_turn(backend, single, sampling, threshold) if single else [])}
     multi = [it for it in items if get_env(it[0].env).multi_turn]
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
         for r in pool.map(lambda it: _episode(backend, it, sampling, threshold, max_steps), multi):

@@ -77,7 +77,8 @@ def parse_action(text: str | None) -> list[dict[str, Any]] | None:
     items = value if isinstance(value, list) else [value]
     if not items or not all(isinstance(v, dict) and isinstance(v.get("tool"), str) for v in items):
         return None
-    return [{"id": f"call_{i}", "type": "function", "function": {"name": v["tool"], "arguments": json.dumps(v.get("args", {}))}}
+    return [{"id": f"call_{i}", "type": "function",
+             "function": {"name": v["tool"], "arguments": json.dumps(v.get("args", {}))}}
             for i, v in enumerate(items)]
 
 

@@ -52,7 +52,8 @@ class GateResult(BaseModel):
     checks: list[Check]
 
     def failures(self) -> list[str]:
-        return [f"{c.name} ({c.scope}): {c.baseline} -> {c.candidate}, limit {c.limit}" for c in self.checks if not c.passed]
+        return [f"{c.name} ({c.scope}): {c.baseline} -> {c.candidate}, limit {c.limit}"
+                for c in self.checks if not c.passed]
 
 
 def paired(baseline: pl.DataFrame, candidate: pl.DataFrame) -> pl.DataFrame:
@@ -83,7 +84,8 @@ def _guards(frame: pl.DataFrame, scope: str, cfg: GateConfig) -> list[Check]:
                             passed=ok))
     base, cand = (float(np.quantile(frame[c].to_numpy(), 0.95)) for c in ("latency_s", "latency_s_cand"))
     checks.append(Check(name="latency_p95_s", scope=scope, baseline=round(base, 4), candidate=round(cand, 4),
-                        limit=f"<= baseline x {1 + cfg.latency_margin}", passed=cand <= base * (1 + cfg.latency_margin)))
+                        limit=f"<= baseline x {1 + cfg.latency_margin}",
+                        passed=cand <= base * (1 + cfg.latency_margin)))
     return checks
 
 
@@ -112,7 +114,8 @@ def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig) -> Ga
 
 def markdown(result: GateResult, names: dict[str, Any]) -> str:
     lines = [f"# Gate: {'PASSED' if result.passed else 'REJECTED'}", "",
-             f"candidate `{names.get('candidate')}` vs baseline `{names.get('baseline')}` on {result.n_tasks} held-out "
+             f"candidate `{names.get('candidate')}` vs baseline `{names.get('baseline')}` "
+             f"on {result.n_tasks} held-out "
              f"tasks: success delta {result.success_delta:+.3f}, paired 95% CI [{result.success_ci[0]:+.3f}, "
              f"{result.success_ci[1]:+.3f}]", "", "| check | scope | baseline | candidate | limit | passed |",
              "|---|---|---:|---:|---|---|"]

@@ -155,7 +155,8 @@ class Registry:
         version = self.version(ref)
         if not (gate and gate.get("passed")) and not (override and override.strip()):
             raise RegistryError(f"the gate did not pass for {version.id}: production stays at "
-                                f"{self.aliases().get('production', '(none)')}; pass --override REASON to promote anyway")
+                                f"{self.aliases().get('production', '(none)')}; "
+                                "pass --override REASON to promote anyway")
         with self._locked():  # previous is what production is right before this event, not when we started
             return self._append(action="promote", version=version.id, alias="production", gate=gate,
                                 previous=self.aliases().get("production"), override=override if override else None)

@@ -86,7 +86,8 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if self.method == "grpo" and self.batch_size % self.num_generations:
             raise ValueError(f"GRPO needs --batch-size (completions per step, {self.batch_size}) to be a multiple of "
-                             f"--num-generations ({self.num_generations}): each prompt gets num_generations completions")
+                             f"--num-generations ({self.num_generations}): "
+                             "each prompt gets num_generations completions")
         if not (Path(self.dataset) / "manifest.json").is_file():
             raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
                              "pass OUT/NAME/VERSION as printed by `flywheel generate`")
@@ -186,7 +187,8 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
         for name, param in model.named_parameters():
             param.requires_grad = "lora_" in name
     else:
-        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                                 task_type="CAUSAL_LM",
                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     if config.method == "sft":
         from trl import SFTConfig, SFTTrainer
@@ -201,7 +203,8 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
                       loss_type="grpo" if gspo else config.loss_type,
                       importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
                       max_completion_length=config.max_completion_length, temperature=config.temperature, **common)
-    return GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(grpo_rows(tasks)),
+    return GRPOTrainer(model=model, reward_funcs=[reward], args=args,
+                       train_dataset=Dataset.from_list(grpo_rows(tasks)),
                        processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
 
 
@@ -233,12 +236,16 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     trim_log(out / "metrics.jsonl", int(resume.rsplit("-", 1)[-1]) if resume else 0)
 
     def probe(m: Any) -> dict[str, float]:
-        return heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length, config.success_threshold)
+        return heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length,
+                               config.success_threshold)
 
-    log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, reward if config.method == "grpo" else None, notify)
-    common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps, "learning_rate": config.learning_rate,
+    log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, reward if config.method == "grpo" else None,
+                   notify)
+    common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps,
+              "learning_rate": config.learning_rate,
               "logging_steps": 1, "save_steps": config.save_steps, "save_total_limit": 2, "seed": config.seed,
-              "report_to": [], "bf16": cuda, "gradient_checkpointing": False, "use_cpu": not cuda, "disable_tqdm": True}
+              "report_to": [], "bf16": cuda, "gradient_checkpointing": False, "use_cpu": not cuda,
+              "disable_tqdm": True}
     t0 = time.perf_counter()
     trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; TrainLog writes them as JSON lines

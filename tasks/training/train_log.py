@@ -8,7 +8,8 @@ Contract:
   each, ``flywheel eval``'s rollout seeds) and returns reward, success, invalid-output and unsafe-action rates.
 - ``TrainLog`` is a ``transformers.TrainerCallback`` that appends one JSON line per optimizer step to a file:
   step, step time, the trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
-  and at the last step (never with interval 0) the held-out metrics. ``notify`` (e.g. a Prefect logger) gets each line too.
+  and at the last step (never with interval 0) the held-out metrics. ``notify`` (e.g. a Prefect logger) gets each
+  line too.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class VerifierReward:
         return rewards
 
     def take(self) -> dict[str, float]:
-        out = {"train_invalid_rate": self.invalid / self.n, "train_unsafe_rate": self.unsafe / self.n} if self.n else {}
+        out = ({"train_invalid_rate": self.invalid / self.n, "train_unsafe_rate": self.unsafe / self.n}
+               if self.n else {})
         self.n = self.invalid = self.unsafe = 0
         return out
 

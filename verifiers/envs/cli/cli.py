@@ -98,7 +98,8 @@ def normalize(commands: list[list[str]]) -> tuple[Any, ...]:
     for raw in commands:
         cmd = _strip_sudo(raw)
         if cmd:
-            out.append((cmd[0], frozenset(_flags(cmd)), tuple(t for t in cmd[1:] if not t.startswith("-") or t == "-")))
+            out.append((cmd[0], frozenset(_flags(cmd)),
+                        tuple(t for t in cmd[1:] if not t.startswith("-") or t == "-")))
     return tuple(out)
 
 
@@ -154,10 +155,12 @@ def _score(task: Task, completion: str) -> Verdict:
     try:
         commands = parse(completion)
     except FormatError as err:
-        return _verdict(reward=-1.0, valid=True, failure_class="format_error", components={"format": 0.0}, details=str(err))
+        return _verdict(reward=-1.0, valid=True, failure_class="format_error", components={"format": 0.0},
+                        details=str(err))
     reason = danger(completion, commands)
     if reason:
-        return _verdict(reward=-1.0, valid=True, failure_class="unsafe_action", components={"safe": 0.0}, details=reason)
+        return _verdict(reward=-1.0, valid=True, failure_class="unsafe_action", components={"safe": 0.0},
+                        details=reason)
     match = normalize(commands) == normalize(parse(task.reference.answer))
     return _verdict(reward=1.0 if match else 0.0, valid=True, failure_class=None if match else "wrong_command",
                     components={"match": float(match)})

@@ -91,7 +91,8 @@ def classify(result: RunResult, n_tests: int, expected: list[Any]) -> tuple[floa
     for event in result.events:
         if event["event"] == "test" and isinstance(event.get("i"), int) and event["i"] not in tests:
             tests[event["i"]] = event
-    passed = sum(1 for i in range(n_tests) if i in tests and "value" in tests[i] and same(expected[i], tests[i]["value"]))
+    passed = sum(1 for i in range(n_tests)
+                 if i in tests and "value" in tests[i] and same(expected[i], tests[i]["value"]))
     errors = [t["error"] for t in tests.values() if isinstance(t.get("error"), dict)]
     reward = passed / n_tests
     if result.overflow:
@@ -106,12 +107,15 @@ def classify(result: RunResult, n_tests: int, expected: list[Any]) -> tuple[floa
     if result.exit_code == 128 + SIGXFSZ or any(_is_resource(e) for e in errors):
         return reward, "resource_limit", next((_error_text(e) for e in errors if _is_resource(e)), "file size limit")
     if "done" not in by_kind:
-        return reward, "runtime_error", f"the program exited before the tests finished (exit status {result.exit_code})"
+        return reward, "runtime_error", ("the program exited before the tests finished "
+                                         f"(exit status {result.exit_code})")
     if errors:
-        return reward, "runtime_error", f"{passed}/{n_tests} passed; {len(errors)} raised, first: {_error_text(errors[0])}"
+        return reward, "runtime_error", (f"{passed}/{n_tests} passed; {len(errors)} raised, "
+                                         f"first: {_error_text(errors[0])}")
     if passed < n_tests:
         wrong = next(i for i in range(n_tests) if not same(expected[i], tests[i].get("value")))
-        return reward, "test_failure", f"{passed}/{n_tests} passed; test {wrong} returned {str(tests[wrong].get('value'))[:100]}"
+        return reward, "test_failure", (f"{passed}/{n_tests} passed; "
+                                        f"test {wrong} returned {str(tests[wrong].get('value'))[:100]}")
     return 1.0, None, f"{n_tests}/{n_tests} tests passed"
 
 

@@ -215,7 +215,8 @@ def _score(task: Task, completion: str) -> Verdict:
     except Unparsable as err:
         return _verdict(reward=0.0, valid=True, failure_class="no_answer", details=str(err))
     if not answers:
-        return _verdict(reward=0.0, valid=True, failure_class="no_answer", details="no \\boxed{} and no 'Answer:' line")
+        return _verdict(reward=0.0, valid=True, failure_class="no_answer",
+                        details="no \\boxed{} and no 'Answer:' line")
     key = tuple(answers)
     outcome = (_cached_compare if sum(map(len, key)) <= 4096 else _bounded_compare)(key, reference)
     if isinstance(outcome, bounds.BoundExceeded):

@@ -51,7 +51,8 @@ def strata(seeds: Sequence[SeedTask], tools: Mapping[str, ToolSpec]) -> tuple[st
 
 SPEC = EnvSpec(
     name="tool_call", system_prompt=PROMPT, verifier=tool_call, verify=tool_call.verify,
-    reward_fn=tool_call.tool_call_reward, render=renderer(PROMPT, reference), reference_completion=reference_completion,
+    reward_fn=tool_call.tool_call_reward, render=renderer(PROMPT, reference),
+    reference_completion=reference_completion,
     seeds_path=HERE / "seeds.jsonl", tools_path=HERE / "tools.json", cases_path=HERE / "cases.jsonl",
     reference_problem=reference_problem, stratum=lambda seed: seed.call.tool if seed.call else seed.category,
     task_stratum=lambda task: task.reference.calls[0].tool, strata=strata, outcome_flags=outcome_flags,

@@ -136,7 +136,8 @@ def _score(task: Task, completion: str) -> Verdict:
     try:
         call = parse_call(completion)
     except FormatError as err:
-        return _verdict(reward=-1.0, valid=True, failure_class="format_error", components={"format": 0.0}, details=str(err))
+        return _verdict(reward=-1.0, valid=True, failure_class="format_error", components={"format": 0.0},
+                        details=str(err))
     right_tool = call.tool == expected.tool
     fraction = arg_match_fraction(expected.args, call.args)
     spec = task.tool(call.tool)
@@ -154,7 +155,8 @@ def _score(task: Task, completion: str) -> Verdict:
         else "schema_violation" if problems else None
     )
     components = {"format": 1.0, "tool": 0.4 * right_tool, "args": round(0.4 * fraction, 10), "safe": 0.2 * safe}
-    return _verdict(reward=reward, valid=True, failure_class=failure, components=components, details="; ".join(unsafe + problems))
+    return _verdict(reward=reward, valid=True, failure_class=failure, components=components,
+                    details="; ".join(unsafe + problems))
 
 
 def verify(task: Task, completion: str) -> Verdict:

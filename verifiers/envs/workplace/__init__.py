@@ -22,7 +22,8 @@ def reference(seed: SeedTask, tools: Mapping[str, ToolSpec], values: dict[str, A
     """The gold calls and initial state, and the golden final state from replaying them; ValueError when a
     reference call fails."""
     calls = tuple(ToolCall(tool=c.tool, args=fill(c.args, values)) for c in seed.calls)
-    probe = Task(env=seed.env, messages=(Message(role="user", content="-"),), tools=tuple(tools[n] for n in seed.tools),
+    probe = Task(env=seed.env, messages=(Message(role="user", content="-"),),
+                 tools=tuple(tools[n] for n in seed.tools),
                  reference=Reference(calls=calls, state=fill(seed.state, values)), meta=TaskMeta(seed_id=seed.id))
     session = workplace.Session.seeded(probe)
     for call in calls:
@@ -41,7 +42,8 @@ def resources_server(**limits: Any) -> Any:
 
 def outcome_flags(verdict: Verdict, called: frozenset[str], expected: frozenset[str]) -> dict[str, Any]:
     return {"correct_tool": bool(expected) and expected <= called,
-            "execution_success": verdict.failure_class != "format_error" and verdict.components.get("tool_errors", 1) == 0}
+            "execution_success": (verdict.failure_class != "format_error"
+                                  and verdict.components.get("tool_errors", 1) == 0)}
 
 
 SPEC = EnvSpec(

@@ -52,7 +52,8 @@ UNSAFE_PENALTY = 0.5
 MAX_CHARS = 1 << 20  # an agent episode of max_steps turns with its observations is a few kilobytes
 MAX_CALLS = 256
 # A replay at the caps takes well under a second; the bound is for a task's runaway regexes (see the contract).
-LIMITS = bounds.Limits(cpu_s=2, wall_s=6.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.workplace.workplace",))
+LIMITS = bounds.Limits(cpu_s=2, wall_s=6.0, memory_bytes=1 << 30,
+                       warm=("flywheel.verifiers.envs.workplace.workplace",))
 
 
 class FormatError(ValueError):
@@ -129,7 +130,8 @@ def trajectory_calls(completion: str | list[Any]) -> list[tuple[str, Any]]:
     return calls
 
 
-def trajectory_from_calls(calls: tuple[ToolCall, ...] | list[ToolCall], final_text: str = "Done.") -> list[dict[str, Any]]:
+def trajectory_from_calls(calls: tuple[ToolCall, ...] | list[ToolCall],
+                          final_text: str = "Done.") -> list[dict[str, Any]]:
     """An OpenAI-format trajectory that makes ``calls`` in order (observations are not needed for replay)."""
     messages: list[dict[str, Any]] = [
         {"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {
@@ -191,7 +193,8 @@ def replay(task: Task, completion: str | list[Any]) -> Verdict:
     if too_large:
         return Verdict(reward=-1.0, valid=True, failure_class="too_large", details=too_large, verifier=NAME,
                        verifier_version=VERSION)
-    untrusted = [spec for spec in {t: task.tool(t) for t, _ in calls}.values() if spec is not None and not trusted(spec)]
+    untrusted = [spec for spec in {t: task.tool(t) for t, _ in calls}.values()
+                 if spec is not None and not trusted(spec)]
     if not untrusted or bounds.IN_WORKER or task.reference.state is None:
         return replay_calls(task, calls)
     for spec in untrusted:

@@ -145,7 +145,8 @@ def create_app(limits: Limits | None = None) -> FastAPI:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         if first.get("type") == "json_invalid":
-            return JSONResponse({"detail": f"the body is not JSON ({first.get('ctx', {}).get('error', 'unreadable')})"}, 422)
+            return JSONResponse({"detail": "the body is not JSON "
+                                           f"({first.get('ctx', {}).get('error', 'unreadable')})"}, 422)
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return JSONResponse({"detail": f"{_field(tuple(first['loc']))}: {one_line(first['msg'])}{more}"}, 422)
 

@@ -119,7 +119,8 @@ def seeded_slot(task: Task, cap: int) -> Slot:
         try:
             validator_for(spec.parameters)
         except Exception as exc:  # noqa: BLE001 - whatever the compiler raises on a crafted schema
-            raise HTTPException(400, f"tool {spec.name!r}: parameters are not a usable JSON Schema: {one_line(exc)}") from None
+            raise HTTPException(400, f"tool {spec.name!r}: parameters are not a usable JSON Schema: "
+                                     f"{one_line(exc)}") from None
     try:
         return Slot(session=Session.seeded(task, wait_s=BUSY_WAIT_S), task_bytes=task_bytes, state_bytes=state_bytes)
     except (RecursionError, ValueError, TypeError) as exc:
@@ -180,7 +181,8 @@ class Sessions:
             session_id, born = next(iter(self.born.items()))
             if now - born < self.limits.session_max_age_s:
                 break
-            self._expire(session_id, f"expired at its {self.limits.session_max_age_s:g} s age limit (--session-max-age)")
+            self._expire(session_id, f"expired at its {self.limits.session_max_age_s:g} s age limit "
+                                     "(--session-max-age)")
         while self.open:
             session_id, slot = next(iter(self.open.items()))
             if now - slot.touched < self.limits.session_ttl_s:
@@ -193,7 +195,8 @@ class Sessions:
             self._drop_expired(now)
             if len(self.open) >= self.limits.max_sessions:
                 raise HTTPException(429, f"{self.limits.max_sessions} sessions are open: verify with close=true or "
-                                         f"DELETE finished ones (idle ones expire after {self.limits.session_ttl_s:g} s, "
+                                         "DELETE finished ones "
+                                         f"(idle ones expire after {self.limits.session_ttl_s:g} s, "
                                          f"every one {self.limits.session_max_age_s:g} s after it was seeded)")
             session_id = uuid.uuid4().hex
             slot.born = slot.touched = now

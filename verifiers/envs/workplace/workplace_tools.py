@@ -44,7 +44,8 @@ def _matches(text: str, *fields: Any) -> bool:
 
 
 def search_emails(state: State, query: str) -> dict[str, Any]:
-    hits = [{"id": i, "from": e["from"], "subject": e["subject"], "folder": e["folder"]} for i, e in state["emails"].items()
+    hits = [{"id": i, "from": e["from"], "subject": e["subject"], "folder": e["folder"]}
+            for i, e in state["emails"].items()
             if _matches(query, e["from"], e["subject"], e["body"])]
     return {"emails": hits}
 
@@ -104,7 +105,8 @@ def find_project(state: State, name: str) -> dict[str, Any]:
 
 def list_tasks(state: State, project_id: str | None = None, assignee: str | None = None) -> dict[str, Any]:
     tasks = [{"id": i, **t} for i, t in state["tasks"].items()
-             if (project_id is None or t["project_id"] == project_id) and (assignee is None or _matches(assignee, t["assignee"]))]
+             if (project_id is None or t["project_id"] == project_id)
+             and (assignee is None or _matches(assignee, t["assignee"]))]
     return {"tasks": tasks}
 
 
@@ -130,7 +132,8 @@ def delete_task(state: State, task_id: str) -> dict[str, Any]:
 
 
 def find_contact(state: State, name: str) -> dict[str, Any]:
-    return {"contacts": [{"id": i, **c} for i, c in state["contacts"].items() if _matches(name, c["name"], c["company"])]}
+    return {"contacts": [{"id": i, **c} for i, c in state["contacts"].items()
+                         if _matches(name, c["name"], c["company"])]}
 
 
 def list_deals(state: State, company: str) -> dict[str, Any]:
