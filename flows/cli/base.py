@@ -85,7 +85,7 @@ def explain(exc: BaseException) -> str:
 def option(model: type[BaseModel], field: str, *decls: str, help: str | None = None, **kwargs: Any) -> Any:
     """A typer option whose default (and help, when the field has a description) is the config model field's, so
     each is written once, in the model; ``help`` is only for fields without a description. Required fields give a
-    required option. tests/test_cli_defaults.py checks every command against its models."""
+    required option. tests/flows/test_cli_defaults.py checks every command against its models."""
     info = model.model_fields[field]
     default = ... if info.is_required() else info.default
     return typer.Option(default, *decls, help=info.description or help, **kwargs)

@@ -3,7 +3,7 @@ lines listed by number with the good ones still processed (exit 2, score and ded
 minutes of work before an expected error, nothing half-written.
 
 The commands whose old behaviour was a flow run (train, ingest, generate with a huge --n) run as a real
-subprocess with a timeout; the rest call the typer app in-process like tests/test_cli.py.
+subprocess with a timeout; the rest call the typer app in-process like tests/flows/test_cli.py.
 """
 
 from __future__ import annotations

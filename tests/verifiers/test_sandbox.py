@@ -64,7 +64,7 @@ def test_hostile_code_is_contained(name: str, monkeypatch) -> None:
 
 def test_files_outside_the_work_directory_are_untouchable(tmp_path) -> None:
     host_file = Path("/tmp") / f"flywheel-escape-{uuid.uuid4().hex}"
-    repo_file = Path(__file__).resolve().parents[1] / f"escape-{uuid.uuid4().hex}"
+    repo_file = Path(__file__).resolve().parents[2] / f"escape-{uuid.uuid4().hex}"
     source = (f"def solve():\n    written = []\n    for path in ({str(host_file)!r}, {str(repo_file)!r}, '/etc/flywheel', "
               f"'/usr/lib/flywheel'):\n        try:\n            open(path, 'w').write('x')\n            written.append(path)\n"
               f"        except OSError:\n            pass\n    open('local.txt', 'w').write('fine')\n    return written\n")

@@ -13,7 +13,7 @@ from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_ta
 from flywheel.verifiers import VERIFIERS, get_verifier
 from flywheel.verifiers.envs import env_names, get_env
 
-CASES_DIR = Path(__file__).resolve().parents[1] / "verifiers" / "cases"  # verifiers that are not envs (judge)
+CASES_DIR = Path(__file__).resolve().parents[2] / "verifiers" / "cases"  # verifiers that are not envs (judge)
 
 
 def cases_path(name: str) -> Path:

@@ -17,7 +17,7 @@ from flywheel.tasks.data.ingest import IngestError
 from flywheel.tasks.data.publish import read_manifest
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
-EXAMPLES = Path(__file__).resolve().parents[1] / "datasets" / "examples" / "trajectories.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "datasets" / "examples" / "trajectories.jsonl"
 
 
 def _copy(version: str, tmp_path: Path) -> Path:

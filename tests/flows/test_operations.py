@@ -21,7 +21,7 @@ from conftest import free_port
 from flywheel.tasks.data.publish import read_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = {"generate-variants", "exact-dedupe", "validate", "near-dedupe", "quality-suite", "split-decontaminate"}
 
 

@@ -16,7 +16,7 @@ from flywheel.tasks.data.seeds import load_seeds, load_tools, seed_task
 from flywheel.verifiers.envs import env_names, get_env
 from flywheel.verifiers.spec import EnvSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"tool_call", "math", "cli", "code", "workplace"}
 
 

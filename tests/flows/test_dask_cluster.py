@@ -17,7 +17,7 @@ from flywheel.flows.generate import run_generate
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.usefixtures("prefect_api")]
 DASK = str(Path(sys.executable).with_name("dask"))
-HELPERS = Path(__file__).parent / "helpers"
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
 
 def _wait_workers(address: str, n: int, timeout: float = 90) -> None:

@@ -65,7 +65,7 @@ def test_openai_backend_retries_then_names_the_failure() -> None:
 @pytest.mark.vllm
 def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
     """vllm.LLM in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it). The worker is loaded
-    once per process and shared with tests/test_eval.py's vllm test: one engine start (minutes) for both."""
+    once per process and shared with tests/flows/test_eval.py's vllm test: one engine start (minutes) for both."""
     from flywheel.tasks.inference.vllm_worker import vllm_python
 
     if not vllm_python().exists():
