@@ -136,11 +136,14 @@ class RunConfig(BaseModel):
                       description="Run seed: dataset rows, rollouts and training derive from it.")
     n: int = Field(default=300, ge=20, le=MAX_ROWS, description="Dataset rows (train + held-out).")
     workers: int = Field(default=2, ge=1, le=64)
-    eval_limit: int = Field(default=48, ge=4, le=MAX_ROWS, description="Held-out tasks in every eval (the gate's sample).")
-    max_tokens: int = Field(default=64, ge=16, le=8192, description="Max new tokens per completion (training and eval).")
+    eval_limit: int = Field(default=48, ge=4, le=MAX_ROWS,
+                            description="Held-out tasks in every eval (the gate's sample).")
+    max_tokens: int = Field(default=64, ge=16, le=8192,
+                            description="Max new tokens per completion (training and eval).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
-                                                                          "differences are the model's, not sampling noise")
-    sft_steps: int = Field(default=60, ge=1, le=100_000, description="SFT steps (only when the baseline decision is SFT).")
+                               "differences are the model's, not sampling noise")
+    sft_steps: int = Field(default=60, ge=1, le=100_000,
+                           description="SFT steps (only when the baseline decision is SFT).")
     sft_batch_size: int = Field(default=4, ge=1, le=4096)
     sft_learning_rate: float = Field(default=1e-3, gt=0)
     grpo_steps: int = Field(default=4, ge=1, le=100_000, description="GRPO steps.")
@@ -148,8 +151,8 @@ class RunConfig(BaseModel):
     grpo_learning_rate: float = Field(default=3e-5, gt=0)
     loss_type: str = "dapo"
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
-    gpu_pool: str | None = Field(default=None, description="Run training and promotion as deployments on this work pool "
-                                                           "(needs PREFECT_API_URL of a deploy/start.sh server).")
+    gpu_pool: str | None = Field(default=None, description="Run training and promotion as deployments on this "
+                                 "work pool (needs PREFECT_API_URL of a deploy/start.sh server).")
     dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages.")
 
 

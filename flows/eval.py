@@ -104,7 +104,8 @@ def write_outputs(out: Path, report: EvalReport, frame: pl.DataFrame) -> EvalRep
     write_rows(table, out / "per_task.parquet", dict(table.schema))
     report = report.model_copy(update={"files": {**report.files, **plots(report, frame, out)}})
     write_text_atomic(out / "report.md", markdown(report))
-    write_text_atomic(out / "report.json", report.model_dump_json(indent=2) + "\n")  # last: its presence means complete
+    # last: its presence means complete
+    write_text_atomic(out / "report.json", report.model_dump_json(indent=2) + "\n")
     return report
 
 
@@ -121,9 +122,10 @@ def eval_policy(config: EvalConfig) -> EvalResult:
     model = model_info(config, backend)
     sampling = Sampling(config.temperature, config.top_p, config.max_tokens)
     verifiers = {env: get_verifier(env).VERSION for env in sorted({t.env for t in tasks})}
-    identity = {"dataset": dataset["content_hash"], "split": config.split, "model": model, "sampling": asdict(sampling),
-                "max_steps": config.max_steps, "threshold": config.success_threshold, "native": config.native_tools,
-                "batch": config.batch_size, "verifiers": verifiers, "code": code_version()}
+    identity = {"dataset": dataset["content_hash"], "split": config.split, "model": model,
+                "sampling": asdict(sampling), "max_steps": config.max_steps, "threshold": config.success_threshold,
+                "native": config.native_tools, "batch": config.batch_size, "verifiers": verifiers,
+                "code": code_version()}
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
     paths, counts = [], {"total": len(batches), "reused": 0, "run": 0}
     for i, batch in enumerate(batches):
@@ -142,7 +144,8 @@ def eval_policy(config: EvalConfig) -> EvalResult:
     report = write_outputs(out, report, frame)
     key = "".join(c if c.isalnum() else "-" for c in f"eval-{dataset['name']}-{config.split}".lower())
     create_markdown_artifact(key=key, markdown=markdown(report), description="baseline evaluation report")
-    link_artifacts(key, {name: out / file for name, file in report.files.items() if file.endswith((".md", ".png", ".svg"))})
+    link_artifacts(key, {name: out / file for name, file in report.files.items()
+                         if file.endswith((".md", ".png", ".svg"))})
     return EvalResult(report=str(out / "report.json"), decision=report.decision.action, reason=report.decision.reason,
                       metrics=report.metrics, batches=BatchCounts(**counts), wall_s=round(time.perf_counter() - t0, 3))
 

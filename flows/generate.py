@@ -171,7 +171,8 @@ def select_rows(config: GenerateConfig, prior: str | None, candidates: int, log:
     rows = read_rows(prior)
     surplus = [reject_row(r, "select", "surplus_over_n", f"accepted beyond --n {config.n}") for r in rows[config.n:]]
     if surplus:
-        log.reject_files.append(write_rows(surplus, stage_path(config.cache_path, "surplus", {"p": prior, "n": config.n}),
+        log.reject_files.append(write_rows(surplus,
+                                           stage_path(config.cache_path, "surplus", {"p": prior, "n": config.n}),
                                            {**REJECT_SCHEMA, "cluster_id": pl.String}))
     if not rows:
         reasons = reason_counts(log.reject_files)

@@ -2,12 +2,13 @@
 verifiers -> failure buckets -> new held-out regression tasks -> a new dataset version.
 
 Contract: reads the trajectories (a bad line fails the run before anything is written; ``flywheel ingest`` parses
-them and ``IngestConfig`` checks the dataset's files against its manifest and its env before the flow starts), re-scores each one
-(tasks/ingest.py), turns failures into held-out tasks, drops those already in the dataset (same task id), near
-duplicates of each other or of existing held-out tasks, and those contaminated by train (n-gram overlap or
-MinHash near-duplicate, as the split stage checks), then publishes train unchanged and held-out = old + new as
-a new version of the same dataset (atomic; parent = the input version), so the next gate includes them. Every
-trajectory lands in OUT/ingest-<version>/trajectories.parquet with its bucket; nothing is dropped silently.
+them and ``IngestConfig`` checks the dataset's files against its manifest and its env before the flow starts),
+re-scores each one (tasks/ingest.py), turns failures into held-out tasks, drops those already in the dataset
+(same task id), near duplicates of each other or of existing held-out tasks, and those contaminated by train
+(n-gram overlap or MinHash near-duplicate, as the split stage checks), then publishes train unchanged and
+held-out = old + new as a new version of the same dataset (atomic; parent = the input version), so the next gate
+includes them. Every trajectory lands in OUT/ingest-<version>/trajectories.parquet with its bucket; nothing is
+dropped silently.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class IngestConfig(BaseModel):
                              "OUT/NAME/VERSION as printed by `flywheel generate`")
         manifest = read_manifest(src)
         if manifest.env not in SUPPORTED_ENVS:
-            raise ValueError(f"--dataset {src} is a {manifest.env} dataset; ingest supports {', '.join(SUPPORTED_ENVS)}")
+            raise ValueError(f"--dataset {src} is a {manifest.env} dataset; "
+                             f"ingest supports {', '.join(SUPPORTED_ENVS)}")
         for split in ("train", "heldout", "rejected"):
             verified_file(src, f"{split}.parquet", manifest)
         return self

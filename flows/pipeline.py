@@ -70,7 +70,8 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed)
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
-                                                              "registry": str(out / "registry"), "parent": parent}, TrainResult)
+                                                              "registry": str(out / "registry"), "parent": parent},
+                          TrainResult)
     return train_policy(train, evaluation, str(out / "registry"), parent)
 
 
@@ -127,8 +128,8 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     gate = _promote(config, stages["grpo"].version or "", stages["grpo"].eval or "")
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run (seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: the first "
-            f"{config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% bootstrap intervals "
-            f"over tasks.\n\n{table(evals)}\n"
+            f"{config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% bootstrap "
+            f"intervals over tasks.\n\n{table(evals)}\n"
             f"Gate: {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
             f"{gate.version if gate.event else 'unchanged'}\n")

@@ -42,7 +42,8 @@ def _why(exc: Exception) -> str:
 def _load_eval(folder: Path, flag: str) -> tuple[EvalReport, pl.DataFrame]:
     report, rollouts = folder / "report.json", folder / "rollouts.parquet"
     if not (report.is_file() and rollouts.is_file()):
-        raise GateError(f"{flag} {folder} is not a finished eval (needs report.json and rollouts.parquet from `flywheel eval`)")
+        raise GateError(f"{flag} {folder} is not a finished eval "
+                        "(needs report.json and rollouts.parquet from `flywheel eval`)")
     try:
         parsed = EvalReport.model_validate_json(report.read_bytes())  # bytes: non-UTF-8 is a validation error too
     except (ValidationError, OSError) as exc:
@@ -78,7 +79,8 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     version = reg.version(ref)
     base_report, base, _, cand = load_evals(baseline_eval, candidate_eval)
     result = gate(base, cand, config)
-    names = {"baseline": f"{base_report.model['ref']} ({baseline_eval})", "candidate": f"{version.id} ({candidate_eval})"}
+    names = {"baseline": f"{base_report.model['ref']} ({baseline_eval})",
+             "candidate": f"{version.id} ({candidate_eval})"}
     text = markdown(result, names) + (f"\nOverride: {override}\n" if override and not result.passed else "")
     gates = Path(registry) / "gates"
     stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{version.id}-{os.getpid()}"

@@ -122,7 +122,8 @@ def exact_stage(cache: str, path: str, prior: str | None, seeds_dir: str, env: s
     tools, seeds = load_env(seeds_dir, env)
     seen = {seed_task(s, tools).id for s in seeds} | {r["id"] for r in read_rows(prior)}
     kept, dups = exact_dedupe(read_rows(path), seen)
-    rejects = [reject_row(r, "exact_dedupe", "exact_duplicate", "same Task.id as a seed or an earlier row") for r in dups]
+    rejects = [reject_row(r, "exact_dedupe", "exact_duplicate", "same Task.id as a seed or an earlier row")
+               for r in dups]
     return _result(kept, rejects, stage_path(Path(cache), "exact", {"path": path, "prior": prior}), t0,
                    time.perf_counter() - t0, ROW_SCHEMA)
 
@@ -147,7 +148,8 @@ def validate_stage(cache: str, path: str, partition_size: int) -> StageResult:
 
 
 
-def reference_texts(seeds_dir: str, env: str, prior: str | None, parents: tuple[str, ...]) -> tuple[list[str], list[str]]:
+def reference_texts(seeds_dir: str, env: str, prior: str | None,
+                    parents: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """Seeds, rows accepted in earlier rounds and rows of parent versions: what new rows must not repeat."""
     tools, seeds = load_env(seeds_dir, env)
     refs = [(t.id, t.prompt) for t in (seed_task(s, tools) for s in seeds)]

@@ -66,9 +66,9 @@ def lineage(config: TrainConfig, result: TrainRun, parent: str | None) -> dict[s
     return {"name": f"{manifest.name}-{config.method}",
             "base_model": {"ref": "embedded" if config.model is None else config.model, "path": str(root),
                            "hash": fingerprint(root)},
-            "dataset": {"path": str(Path(config.dataset).resolve()), "name": manifest.name, "version": manifest.version,
-                        "content_hash": manifest.content_hash, "seeds_hash": manifest.seeds_hash,
-                        "run_seed": manifest.run_seed},
+            "dataset": {"path": str(Path(config.dataset).resolve()), "name": manifest.name,
+                        "version": manifest.version, "content_hash": manifest.content_hash,
+                        "seeds_hash": manifest.seeds_hash, "run_seed": manifest.run_seed},
             "verifiers": {manifest.env: get_verifier(manifest.env).VERSION},
             "training": {"config": config.model_dump(), "train_s": result.train_s, "tasks": result.tasks,
                          "resumed_from": result.resumed_from, "last": result.history[-1] if result.history else {}},
@@ -81,10 +81,12 @@ def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, regi
     result = train_adapter(config)
     create_markdown_artifact(key=f"train-{config.method}", markdown=history_markdown(result),
                              description=f"{config.method} training log")
-    link_artifacts(f"train-{config.method}", {"metrics": Path(config.out) / "metrics.jsonl", "adapter": result.adapter})
+    link_artifacts(f"train-{config.method}", {"metrics": Path(config.out) / "metrics.jsonl",
+                                              "adapter": result.adapter})
     folder, metrics, version = None, {}, None
     if evaluation is not None:
-        done = eval_policy(evaluation.model_copy(update={"model": result.adapter, "out": str(Path(config.out) / "eval")}))
+        done = eval_policy(evaluation.model_copy(update={"model": result.adapter,
+                                                         "out": str(Path(config.out) / "eval")}))
         folder = str(Path(config.out) / "eval")
         metrics = EvalReport.model_validate_json(Path(done.report).read_text(encoding="utf-8")).metrics
     if registry is not None:

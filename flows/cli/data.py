@@ -32,7 +32,8 @@ def generate(
     max_tool_share: float = typer.Option(0.25, help="Quality gate: no tool may hold a larger share of the rows."),
     parent: list[Path] = typer.Option([], help="Earlier published version folder(s) to dedupe against."),
     cache_dir: Path = typer.Option(None, help="Stage cache (default OUT/.cache)."),
-    seeds_dir: Path = typer.Option(None, help="Folder with ENV.jsonl seeds and ENV.tools.json (default: datasets/seeds)."),
+    seeds_dir: Path = typer.Option(None, help="Folder with ENV.jsonl seeds and ENV.tools.json "
+                                              "(default: datasets/seeds)."),
 ) -> None:
     """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
     from flywheel.flows.config import GenerateConfig
@@ -43,7 +44,8 @@ def generate(
                                 heldout_fraction=heldout_fraction, threshold=threshold, max_tool_share=max_tool_share,
                                 parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None,
                                 **({"seeds_dir": str(seeds_dir)} if seeds_dir else {}))
-        from flywheel.flows.stages import load_env  # Dask, the verifiers: imported once the options passed their checks
+        # Dask, the verifiers: imported once the options passed their checks
+        from flywheel.flows.stages import load_env
 
         load_env(config.seeds_dir, config.env)  # a bad seed line fails here, before any server starts
         check_output(Path(config.out), "--out", folder_wanted=True)

@@ -71,7 +71,8 @@ def eval_(
     max_tokens: int = typer.Option(128, help="Max new tokens per reply (per step in agent episodes)."),
     max_steps: int = typer.Option(6, help="Agent episodes (workplace): max policy turns."),
     concurrency: int = typer.Option(4, help="openai backend: requests in flight."),
-    native_tools: bool = typer.Option(False, help="openai backend: send tools as OpenAI `tools` (server-side parsing)."),
+    native_tools: bool = typer.Option(False, help="openai backend: send tools as OpenAI `tools` "
+                                                  "(server-side parsing)."),
     success_threshold: float = typer.Option(1.0, help="A rollout succeeds when its reward reaches this."),
     sft_below_valid: float = typer.Option(0.5, help="Decision: valid-output rate below this -> SFT first."),
     rl_min_pass_at_k: float = typer.Option(0.02, help="Decision: pass@k below this -> SFT first."),
@@ -111,8 +112,9 @@ def eval_(
 @app.command()
 def score(
     verifier: str = typer.Option(..., help=VERIFIER_HELP),
-    input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>" or [messages]} '
-                                                    "per line (workplace: the trajectory, replayed in a fresh session)."),
+    input: Path = typer.Option(..., "--input", help='JSONL: {"task": <Task JSON>, "completion": "<text>" '
+                                                    'or [messages]} per line (workplace: the trajectory, replayed '
+                                                    "in a fresh session)."),
     output: Path = typer.Option(..., help="JSONL: each input line plus its \"verdict\"."),
     judge_url: str = JUDGE_URL,
     judge_model: str = JUDGE_MODEL,
@@ -129,7 +131,8 @@ def score(
 @app.command("profile-reward")
 def profile_reward(
     verifier: str = typer.Option(..., help=VERIFIER_HELP),
-    input: Path = typer.Option(..., "--input", help='Rollouts JSONL: {"task": <Task JSON>, "completion": "<text>"} per line.'),
+    input: Path = typer.Option(..., "--input", help='Rollouts JSONL: {"task": <Task JSON>, "completion": "<text>"} '
+                                                    "per line."),
     report: Path = typer.Option(None, help="Markdown report path (default: INPUT with .profile.md)."),
     samples: int = typer.Option(3, help="Sample outputs shown per score band."),
     judge_url: str = JUDGE_URL,

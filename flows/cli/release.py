@@ -18,7 +18,8 @@ app.add_typer(registry_app, name="registry")
 @app.command()
 def promote(
     baseline_eval: Path = typer.Option(..., help="`flywheel eval` OUT folder of the baseline."),
-    candidate_eval: Path = typer.Option(..., help="`flywheel eval` OUT folder of the candidate (same tasks and seeds)."),
+    candidate_eval: Path = typer.Option(..., help="`flywheel eval` OUT folder of the candidate "
+                                                  "(same tasks and seeds)."),
     version: str = typer.Option("candidate", help="Version id or alias to promote."),
     registry: Path = REGISTRY,
     override: str = typer.Option(None, help="Promote although the gate failed; the reason goes into the audit log."),
@@ -78,7 +79,8 @@ def registry_list(registry: Path = REGISTRY) -> None:
 
 
 @registry_app.command("show")
-def registry_show(ref: str = typer.Argument("production", help="Version id or alias."), registry: Path = REGISTRY) -> None:
+def registry_show(ref: str = typer.Argument("production", help="Version id or alias."),
+                  registry: Path = REGISTRY) -> None:
     """A version's lineage as JSON: files and hashes, base model, dataset and seeds, verifiers, training, eval."""
     from flywheel.tasks.release.lineage import lineage
     from flywheel.tasks.release.registry import Registry

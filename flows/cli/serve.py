@@ -36,7 +36,8 @@ def serve_env(
     host: str = typer.Option("127.0.0.1", help="Bind address."),
     port: int = typer.Option(8100, help="Port."),
     max_sessions: int = typer.Option(4096, min=1, help="Open sessions allowed at once (429 beyond)."),
-    session_ttl: float = typer.Option(600.0, min=0.001, help="Seconds a session may sit untouched before it is dropped."),
+    session_ttl: float = typer.Option(600.0, min=0.001, help="Seconds a session may sit untouched "
+                                                             "before it is dropped."),
     session_max_age: float = typer.Option(3600.0, min=0.001, help="Seconds after seeding when a session is dropped "
                                                                   "even if kept busy (404 expired)."),
     max_body_kb: int = typer.Option(256, min=1, help="Largest request body in KB (413 beyond)."),

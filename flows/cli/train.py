@@ -34,7 +34,8 @@ def train(
     eval_limit: int = typer.Option(32, help="Held-out tasks in the periodic checks and the final eval."),
     save_steps: int = typer.Option(10, help="Checkpoint every N steps (a killed run resumes from the last one)."),
     seed: int = typer.Option(0, help="Training and rollout seed."),
-    registry: Path = typer.Option(None, envvar="FLYWHEEL_REGISTRY", help="Register the adapter here as the candidate."),
+    registry: Path = typer.Option(None, envvar="FLYWHEEL_REGISTRY",
+                                  help="Register the adapter here as the candidate."),
     parent: str = typer.Option(None, help="Registry version the --model adapter came from (lineage)."),
 ) -> None:
     """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
