@@ -58,7 +58,8 @@ def free_port() -> int:
 
 @contextmanager
 def cli_server(args: list[str], ready_path: str, timeout_s: float = 180) -> Iterator[str]:
-    """Run ``flywheel ARGS --port P`` as a real server on 127.0.0.1; yields its base URL once ``ready_path`` answers."""
+    """Run ``flywheel ARGS --port P`` as a real server on 127.0.0.1; yields its base URL once ``ready_path``
+    answers."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "flywheel.flows.cli", *args, "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -164,6 +165,7 @@ def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, b
     config = EvalConfig(dataset=str(folder), out=str(folder), bootstrap=bootstrap)
     dataset = {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "path": "ds"}
     model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
-    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1}, {})
+    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1},
+                         {})
     write_outputs(folder, report, frame)
     return folder

@@ -1,4 +1,5 @@
-"""One namespace (issue 14): Flywheel installs as flywheel.flows/tasks/verifiers/schemas, never as bare top-level names.
+"""One namespace (issue 14): Flywheel installs as flywheel.flows/tasks/verifiers/schemas, never as bare top-level
+names.
 
 Proves, with real installs and no network at test time:
 - PrimeIntellect's ``verifiers`` 0.4.0 (wheel fetched by deploy/install.sh into .wheels/, sha256 pinned below) is what
@@ -199,7 +200,8 @@ def generate_and_score(flywheel: Path, outside: Path, env: dict[str, str]) -> No
     call = task["reference"]["calls"][0]
     row = {"task": task, "completion": json.dumps({"tool": call["tool"], "args": call["args"]})}
     (outside / "row.jsonl").write_text(json.dumps(row) + "\n")
-    run([str(flywheel), "score", "--verifier", "tool_call", "--input", "row.jsonl", "--output", "s.jsonl"], outside, env)
+    run([str(flywheel), "score", "--verifier", "tool_call", "--input", "row.jsonl", "--output", "s.jsonl"],
+        outside, env)
     assert json.loads((outside / "s.jsonl").read_text())["verdict"]["reward"] == 1.0
 
 

@@ -86,7 +86,8 @@ def test_generate_names_a_bad_seed_line_before_starting_anything(tmp_path, catal
     result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--seeds-dir", str(tmp_path)])
     assert result.exit_code == 1 and "tool_call.jsonl:2: " in result.output
     result = runner.invoke(app, ["generate", "--n", "5", "--out", str(tmp_path / "o"), "--env", "chess"])
-    assert result.exit_code == 1 and "chess.jsonl: seed file not found" in result.output and "tool_call" in result.output
+    assert (result.exit_code == 1 and "chess.jsonl: seed file not found" in result.output
+            and "tool_call" in result.output)
     assert not (tmp_path / "o").exists()
 
 
@@ -121,7 +122,8 @@ def test_score_and_profile_replay_workplace_trajectories(tmp_path) -> None:
             {"task": task.model_dump(mode="json"), "completion": 42}]
     src = tmp_path / "rollouts.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    result = runner.invoke(app, ["score", "--verifier", "workplace", "--input", str(src), "--output", str(tmp_path / "s.jsonl")])
+    result = runner.invoke(app, ["score", "--verifier", "workplace", "--input", str(src), "--output",
+                                 str(tmp_path / "s.jsonl")])
     assert result.exit_code == 2 and "rollouts.jsonl:3" in result.output
     scored = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert [s["verdict"]["reward"] for s in scored] == [1.0, 0.0]

@@ -37,7 +37,8 @@ def test_dataset_flow_on_a_dask_cluster_survives_a_killed_worker(tmp_path) -> No
     try:
         time.sleep(1)
         procs.append(subprocess.Popen([DASK, "worker", address, *common], stderr=subprocess.DEVNULL, env=env))
-        procs.append(subprocess.Popen([DASK, "worker", address, *common, "--preload", str(HELPERS / "dask_die_once.py")],
+        procs.append(subprocess.Popen([DASK, "worker", address, *common, "--preload",
+                                       str(HELPERS / "dask_die_once.py")],
                                       stderr=subprocess.DEVNULL, env=env))
         _wait_workers(address, 2)
         params = {"n": 200, "seed": 5, "partition_size": 40}

@@ -57,7 +57,8 @@ def test_openai_backend_records_repeats_and_speaks_native_tool_calls(model_serve
     assert [g.text for g in backend.generate(_requests(), sampling)] == [g.text for g in first]
     assert all(g.latency_s > 0 and g.prompt_tokens > 5 and g.completion_tokens > 0 for g in first)
     tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+                                             "parameters": {"type": "object",
+                                                            "properties": {"city": {"type": "string"}}}}}
     history = [{"role": "user", "content": "Weather in Oslo?"},
                {"role": "assistant", "content": None, "tool_calls": [{"id": "c0", "type": "function", "function": {
                    "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
@@ -97,7 +98,8 @@ def test_eval_on_the_embedded_model_is_reproducible_and_complete(tool_dataset, t
     for name in ("report.md", "metrics.png", "failures.png", "rewards.png", "per_task.parquet"):
         assert (tmp_path / "a" / name).is_file()
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["eval-tool-call-heldout"])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["eval-tool-call-heldout"])))
     assert artifacts and "Decision" in artifacts[-1].data
     assert second["batches"]["run"] == 3
 
@@ -105,8 +107,8 @@ def test_eval_on_the_embedded_model_is_reproducible_and_complete(tool_dataset, t
 @pytest.mark.slow
 def test_killed_eval_keeps_finished_batches_and_rerun_does_only_the_rest(tool_dataset, tmp_path) -> None:
     out = tmp_path / "k"
-    cmd = [sys.executable, "-m", "flywheel.flows.cli", "eval", "--dataset", tool_dataset, "--out", str(out), "--limit", "8",
-           "--batch-size", "2", "--max-tokens", "24"]
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "eval", "--dataset", tool_dataset, "--out", str(out),
+           "--limit", "8", "--batch-size", "2", "--max-tokens", "24"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 300
     while len(list((out / "batches").glob("*.parquet"))) < 2 and time.time() < deadline and proc.poll() is None:

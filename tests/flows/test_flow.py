@@ -100,7 +100,8 @@ def test_runs_on_a_given_dask_scheduler_and_publishes_an_artifact(tmp_path) -> N
     local = _run(tmp_path, "local", n=120)
     assert Path(remote["version_dir"]).name == Path(local["version_dir"]).name
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["dataset-tool-call"])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["dataset-tool-call"])))
     assert artifacts and "| generate |" in artifacts[-1].data and "Version" in artifacts[-1].data
 
 
@@ -116,7 +117,8 @@ def test_parent_versions_are_deduplicated_against(tmp_path) -> None:
 
 
 def test_failing_quality_suite_fails_the_run_and_publishes_nothing(tmp_path) -> None:
-    with pytest.raises(DatasetError, match=r"data-quality suite failed: expect_column_values_to_be_between\(tool_share\)"):
+    with pytest.raises(DatasetError,
+                       match=r"data-quality suite failed: expect_column_values_to_be_between\(tool_share\)"):
         _run(tmp_path, "q", n=60, max_tool_share=0.01)
     assert not (tmp_path / "q" / "tool_call").exists()
 

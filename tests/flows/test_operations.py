@@ -88,7 +88,8 @@ def _artifacts(stack: dict, run_id) -> dict[str, object]:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     with _client(stack) as client:
-        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
     return {a.key or f"{a.type}-{a.id}": a for a in found}
 
 
@@ -166,7 +167,8 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
     launched = sorted(deployments[c.deployment_id] for c in children if c.deployment_id)
     assert launched == ["gate@cpu", "gpu@gpu", "gpu@gpu"]  # SFT and GRPO on the gpu pool, then the gate
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["stages"]) == {"sft", "grpo"} and summary["gate"]["version"] == summary["stages"]["grpo"]["version"]
+    assert (set(summary["stages"]) == {"sft", "grpo"}
+            and summary["gate"]["version"] == summary["stages"]["grpo"]["version"])
     assert (out / "registry").is_dir() and "gate-report" in _artifacts(stack, next(
         c.id for c in children if deployments.get(c.deployment_id) == "gate@cpu"))
 
@@ -179,7 +181,8 @@ def test_nightly_schedule_materialises_runs_after_a_server_restart(stack) -> Non
     deadline = time.time() + 180
     while True:
         with _client(stack) as client:
-            runs = client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["nightly"])))
+            runs = client.read_flow_runs(
+                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["nightly"])))
         if runs:
             break
         assert time.time() < deadline, "the nightly cron deployment has no scheduled run after 180 s"

@@ -18,8 +18,9 @@ from flywheel.tasks.release.registry import Registry
 @pytest.mark.slow
 def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60", "--eval-limit", "6",
-           "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2", "--max-tokens", "24", "--train-limit", "8"]
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
+           "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
+           "--max-tokens", "24", "--train-limit", "8"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]

@@ -19,7 +19,8 @@ from flywheel.tasks.data.validate import validate_rows
 def test_generation_is_deterministic_and_partition_independent(catalog) -> None:
     tools, seeds = catalog
     whole, _ = generate_candidates(range(0, 120), seeds, tools, run_seed=3)
-    parts = generate_candidates(range(0, 50), seeds, tools, 3)[0] + generate_candidates(range(50, 120), seeds, tools, 3)[0]
+    parts = (generate_candidates(range(0, 50), seeds, tools, 3)[0]
+             + generate_candidates(range(50, 120), seeds, tools, 3)[0])
     assert whole == parts
     other, _ = generate_candidates(range(0, 120), seeds, tools, run_seed=4)
     assert [r["id"] for r in other] != [r["id"] for r in whole]
@@ -78,8 +79,10 @@ def test_near_duplicates_find_planted_pairs_and_clusters() -> None:
 
 
 def test_near_duplicates_against_references_and_params() -> None:
-    res = near_duplicates(["x", "y"], ["send the budget report to maria today please", "unrelated words entirely here"],
-                          NearDupParams(), ref_ids=["seed-1"], ref_texts=["Send the budget report to Maria today, please!"])
+    res = near_duplicates(["x", "y"],
+                          ["send the budget report to maria today please", "unrelated words entirely here"],
+                          NearDupParams(), ref_ids=["seed-1"],
+                          ref_texts=["Send the budget report to Maria today, please!"])
     assert res.keep == [False, True] and res.cluster_id[0] == "seed-1" and res.duplicate_of[0] == "ref:seed-1"
     assert shingles("a b", 3, "word") == [b"a b"]
     with pytest.raises(ValueError, match="threshold"):

@@ -50,8 +50,8 @@ def _invoke(*args: str) -> tuple[int, str]:
 
 def _run(*args: str, timeout: float = 60) -> tuple[int, str]:
     """The real entry point; old code that started working on these inputs runs into the timeout."""
-    done = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -142,7 +142,8 @@ def test_unusable_outputs_fail_before_any_work(tmp_path) -> None:
     src.write_text('{"text": "a b c", "task": {}, "completion": "x"}\n')
     (tmp_path / "folder").mkdir()
     cases = [(tmp_path / "folder", f"error: --output {tmp_path / 'folder'} is a directory; name a file"),
-             (src / "o.jsonl", f"error: --output {src / 'o.jsonl'}: {src} is a file, not a folder; choose another path"),
+             (src / "o.jsonl",
+              f"error: --output {src / 'o.jsonl'}: {src} is a file, not a folder; choose another path"),
              (src / "deeper" / "o.jsonl",
               f"error: --output {src / 'deeper' / 'o.jsonl'}: {src} is a file, not a folder; choose another path")]
     for target, message in cases:
@@ -261,9 +262,11 @@ def test_ingest_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
                              + b'{"id": "x\xff", "messages": []}\n')
     cases = [([str(tmp_path / "missing.jsonl"), str(tool)],
               f"error: --trajectories {tmp_path / 'missing.jsonl'}: no such file"),
-             ([str(trajectories), str(tool)], f"error: {trajectories}:2: <record>: Invalid JSON: invalid unicode code point"),
-             ([str(trajectories), str(workplace)], f"error: --dataset {workplace} is a workplace dataset; ingest supports "
-                                                   "tool_call"),
+             ([str(trajectories), str(tool)],
+              f"error: {trajectories}:2: <record>: Invalid JSON: invalid unicode code point"),
+             ([str(trajectories), str(workplace)],
+              f"error: --dataset {workplace} is a workplace dataset; ingest supports "
+              "tool_call"),
              ([str(trajectories), str(tmp_path)], f"error: --dataset {tmp_path} is not a published version folder "
                                                   "(no manifest.json)")]
     for (src, dataset), message in cases:
@@ -319,7 +322,8 @@ def test_promote_expected_errors_are_one_line_before_any_flow(tmp_path, catalog)
     better = eval_dir(tmp_path / "better", catalog, good_every=2, limit=12, bootstrap=100)
     empty = tmp_path / "empty"
     empty.mkdir()
-    torn = _variant(better, tmp_path / "torn", lambda f: (f / "rollouts.parquet").write_bytes(b"PAR1" + os.urandom(64)))
+    torn = _variant(better, tmp_path / "torn",
+                    lambda f: (f / "rollouts.parquet").write_bytes(b"PAR1" + os.urandom(64)))
     garbled = _variant(better, tmp_path / "garbled", lambda f: (f / "report.json").write_bytes(b"\xff{"))
     other_data = _variant(better, tmp_path / "other_data", _edit_report(dataset={"content_hash": "d" * 64}))
     other_split = _variant(better, tmp_path / "other_split", _edit_report(split="train"))

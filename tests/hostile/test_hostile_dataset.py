@@ -70,7 +70,8 @@ def test_garbage_parquet_is_one_line(copy, tmp_path) -> None:
     path.write_bytes(b"PAR1 this is not parquet PAR1")
     proc = flywheel_eval(copy, tmp_path / "eval")
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [f"error: {mismatch(copy, 'train.parquet', recorded, file_sha256(path))}"]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {mismatch(copy, 'train.parquet', recorded, file_sha256(path))}"]
 
 
 def test_garbage_parquet_behind_an_edited_manifest_is_one_line(copy, tmp_path) -> None:
@@ -135,7 +136,8 @@ def test_publish_beside_a_running_publisher_keeps_its_temp_folder(tmp_path) -> N
         frame = pl.DataFrame({"id": ["a", "b"], "prompt": ["x", "y"]})
         fields = dict(env="tool_call", counts={}, stage_counts={}, reject_reasons={}, params={}, run_seed=1,
                       code_version="x", seeds_hash="y", created_at="now")
-        version = publish(tmp_path, "ds", {"train": frame, "heldout": frame.head(1), "rejected": frame.head(0)}, fields)
+        version = publish(tmp_path, "ds", {"train": frame, "heldout": frame.head(1), "rejected": frame.head(0)},
+                          fields)
     finally:
         os.close(fd)
     assert sorted(p.name for p in root.iterdir()) == [".tmp-live", version.name]

@@ -24,9 +24,9 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _generate(tmp: Path, n: int) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "flywheel.flows.cli", "generate", "--env", "tool_call", "--n", str(n),
-                             "--seed", "1", "--out", str(tmp / "out")], cwd=ROOT, env=_env(tmp / "home"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "flywheel.flows.cli", "generate", "--env", "tool_call",
+                             "--n", str(n), "--seed", "1", "--out", str(tmp / "out")], cwd=ROOT,
+                            env=_env(tmp / "home"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _alive(pids: set[int]) -> set[int]:
@@ -61,7 +61,8 @@ def test_a_killed_command_leaves_no_process_behind(tmp_path: Path) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         seen |= set(descendants(proc.pid))
-        commands = [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive(seen) if Path(f"/proc/{p}/cmdline").exists()]
+        commands = [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive(seen)
+                    if Path(f"/proc/{p}/cmdline").exists()]
         if any(b"uvicorn" in c for c in commands) and any(b"multiprocessing" in c for c in commands):
             break  # the temporary API and the Dask workers are up: kill the command now
         time.sleep(0.2)

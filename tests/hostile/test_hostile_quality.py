@@ -35,21 +35,25 @@ def test_small_datasets_pass_their_own_quality_suite(tmp_path, env: str, n: int,
 def test_the_first_40_candidates_spread_over_the_strata(env: str) -> None:
     tools, seeds = load_env(str(SEEDS_DIR), env)
     rows, _ = generate_candidates(range(40), seeds, tools, 1)
-    assert max(Counter(r["tool"] for r in rows).values()) == 9  # of 40; in seeds-file order workplace's projects held 12 (30%)
+    # of 40; in seeds-file order workplace's projects held 12 (30%)
+    assert max(Counter(r["tool"] for r in rows).values()) == 9
 
 
 def _table(counts: dict[str, int]) -> pl.DataFrame:
     tools = [tool for tool, k in counts.items() for _ in range(k)]
     return pl.DataFrame({"id": [f"id{i}" for i in range(len(tools))], "row_seed": list(range(len(tools))),
-                         "tool": tools, "prompt": ["a long enough prompt"] * len(tools), "env": ["tool_call"] * len(tools)})
+                         "tool": tools, "prompt": ["a long enough prompt"] * len(tools),
+                         "env": ["tool_call"] * len(tools)})
 
 
 def test_the_default_guard_holds_at_n_1000_and_names_the_option() -> None:
     params = QualityParams(envs=("tool_call",), tools=TOOL_CALL_TOOLS)
     assert allowed_tool_share(params, 1000) == 0.25
-    even = {tool: 1000 // len(TOOL_CALL_TOOLS) + (i < 1000 % len(TOOL_CALL_TOOLS)) for i, tool in enumerate(TOOL_CALL_TOOLS)}
+    even = {tool: 1000 // len(TOOL_CALL_TOOLS) + (i < 1000 % len(TOOL_CALL_TOOLS))
+            for i, tool in enumerate(TOOL_CALL_TOOLS)}
     assert run_suite(_table(even), params)["success"]
-    skewed = {TOOL_CALL_TOOLS[0]: 300, **{tool: 700 // 18 + (i < 700 % 18) for i, tool in enumerate(TOOL_CALL_TOOLS[1:])}}
+    skewed = {TOOL_CALL_TOOLS[0]: 300,
+              **{tool: 700 // 18 + (i < 700 % 18) for i, tool in enumerate(TOOL_CALL_TOOLS[1:])}}
     result = run_suite(_table(skewed), params)
     assert not result["success"]
     assert failed_expectations(result) == [

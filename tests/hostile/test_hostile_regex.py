@@ -216,7 +216,8 @@ def test_the_shipped_email_pattern_is_linear_on_a_hostile_argument(catalog, no_w
     assert spec.parameters["properties"]["to"]["items"]["pattern"] == EMAIL
     args = {"to": ["x@y.example"], "subject": "s", "body": "b"}
     task = Task.model_validate({"env": "tool_call", "messages": [{"role": "user", "content": "Mail x."}],
-                                "tools": [spec.model_dump()], "reference": {"calls": [{"tool": "email.send", "args": args}]},
+                                "tools": [spec.model_dump()],
+                                "reference": {"calls": [{"tool": "email.send", "args": args}]},
                                 "meta": {"seed_id": "hostile"}})
     hostile = call("email.send", {**args, "to": ["a@" + "." * 60_000 + "@"]})  # 15 s in re's own matching
     assert len(hostile) < tool_call.MAX_CHARS
@@ -243,7 +244,8 @@ def test_flywheel_score_finishes_with_the_exact_verdicts(tmp_path: Path) -> None
     tool, args = HOSTILE["pattern"]
     task = tool_task(tool)
     source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    lines = [{"task": task, "completion": call("lookup", args)}, {"task": task, "completion": call("lookup", {"query": "aaa"})}]
+    lines = [{"task": task, "completion": call("lookup", args)},
+             {"task": task, "completion": call("lookup", {"query": "aaa"})}]
     source.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     started = time.monotonic()
     done = subprocess.run([FLYWHEEL, "score", "--verifier", "tool_call", "--input", str(source), "--output",
@@ -257,9 +259,11 @@ def test_flywheel_score_finishes_with_the_exact_verdicts(tmp_path: Path) -> None
 
 
 @pytest.mark.server
-def test_serve_env_answers_a_catastrophic_call_without_stalling_other_sessions(wp_catalog_task: dict[str, Any]) -> None:
+def test_serve_env_answers_a_catastrophic_call_without_stalling_other_sessions(
+        wp_catalog_task: dict[str, Any]) -> None:
     with cli_server(["serve-env"], "/health", timeout_s=60) as base:
-        hostile = httpx.post(base + "/seed_session", json={"task": wp_task(hostile_tool("search_emails", pattern=EVIL))},
+        hostile = httpx.post(base + "/seed_session",
+                             json={"task": wp_task(hostile_tool("search_emails", pattern=EVIL))},
                              timeout=30).json()["session_id"]
         other = httpx.post(base + "/seed_session", json={"task": wp_catalog_task}, timeout=30).json()["session_id"]
         warm = httpx.post(base + "/search_emails", json={"session_id": hostile, "args": {"query": "aaa"}}, timeout=30)
@@ -275,7 +279,8 @@ def test_serve_env_answers_a_catastrophic_call_without_stalling_other_sessions(w
         thread = threading.Thread(target=evil)
         thread.start()
         time.sleep(0.3)
-        quick = httpx.post(base + "/list_events", json={"session_id": other, "args": {"date": "2025-01-01"}}, timeout=30)
+        quick = httpx.post(base + "/list_events", json={"session_id": other, "args": {"date": "2025-01-01"}},
+                           timeout=30)
         quick_done = time.monotonic()
         thread.join(30)
         assert not thread.is_alive()

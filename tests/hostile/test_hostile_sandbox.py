@@ -190,7 +190,8 @@ CHOSEN_ERRORS = {
     "errno a list, at import time": ("class E(Exception):\n    errno = [1]\nraise E('x')\n", "E: x"),
     "errno too big for JSON": ("class E(Exception):\n    errno = 10 ** 5000\ndef solve(xs):\n    raise E('x')\n",
                                "0/4 passed; 4 raised, first: E: x"),
-    "errno a property that raises": ("class E(Exception):\n    @property\n    def errno(self):\n        raise KeyError(1)\n"
+    "errno a property that raises": ("class E(Exception):\n    @property\n    def errno(self):\n"
+                                     "        raise KeyError(1)\n"
                                      "def solve(xs):\n    raise E('x')\n", "0/4 passed; 4 raised, first: E: x"),
     "__str__ that raises": ("class E(Exception):\n    def __str__(self):\n        raise KeyError(1)\n"
                             "def solve(xs):\n    raise E('x')\n",
@@ -202,7 +203,8 @@ CHOSEN_ERRORS = {
 def test_an_exception_the_candidate_shapes_is_its_runtime_error(name: str) -> None:
     source, details = CHOSEN_ERRORS[name]
     verdict = code.verify(task(), source)
-    assert (verdict.reward, verdict.failure_class, verdict.valid, verdict.details) == (0.0, "runtime_error", True, details)
+    assert ((verdict.reward, verdict.failure_class, verdict.valid, verdict.details)
+            == (0.0, "runtime_error", True, details))
 
 
 def test_a_number_beyond_a_float_is_a_wrong_answer() -> None:

@@ -18,7 +18,13 @@ from conftest import cli_server
 from flywheel.schemas import Task
 from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
-from flywheel.verifiers.envs.workplace.workplace_server import ENTRY_BYTES, capped_call, held_size, json_size, seeded_slot
+from flywheel.verifiers.envs.workplace.workplace_server import (
+    ENTRY_BYTES,
+    capped_call,
+    held_size,
+    json_size,
+    seeded_slot,
+)
 
 TTL_S = 1.5
 MAX_SESSIONS = 12
@@ -209,5 +215,6 @@ def test_a_kept_alive_flood_expires_at_its_max_age_and_a_new_client_gets_a_sessi
         time.sleep(max(0.0, last + max_age + 0.2 - time.monotonic()))
         assert _seed(base, task).status_code == 200  # the flood reached its age limit: a new client gets a session
         _one_line_error(httpx.get(f"{base}/sessions/{flood[0]}/state", timeout=5), 404,
-                        f"session '{flood[0]}' expired at its {max_age:g} s age limit (--session-max-age): seed a new one")
+                        f"session '{flood[0]}' expired at its {max_age:g} s age limit (--session-max-age): "
+                        "seed a new one")
         assert httpx.get(base + "/health", timeout=5).json()["sessions"] == 1

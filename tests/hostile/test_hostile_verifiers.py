@@ -144,7 +144,8 @@ def test_score_cli_refuses_a_remote_ref_task_without_connecting(tmp_path: Path) 
         done, source = _score_cli(tmp_path, task, '{"tool": "lookup", "args": {"a": "x"}}')
         assert not was_contacted(server)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines()[-1] == "error: 1 of 1 input lines malformed (listed above; the others were processed)"
+    assert done.stderr.splitlines()[-1] == ("error: 1 of 1 input lines malformed "
+                                            "(listed above; the others were processed)")
     report = " ".join(done.stderr.split())  # the console may wrap the bad-line report
     assert f"{source}:1: --tools.0.parameters: " in report
     assert f"$ref '{url}' leaves the tool's schema: use only '#/...' references within it" in report
@@ -291,7 +292,8 @@ def test_a_math_wall_bound_is_not_remembered(monkeypatch: pytest.MonkeyPatch) ->
     """A wall-clock bound depends on the machine's load: the same answer on a quiet machine must be scored."""
     math_verifier._cacheable_compare.cache_clear()
     completion = "\\boxed{(x+1)^3}"  # sympy's simplify, cold in a fresh worker: tens of milliseconds
-    task = MATH_TASK.model_copy(update={"reference": MATH_TASK.reference.model_copy(update={"answer": "x^3+3x^2+3x+1"})})
+    task = MATH_TASK.model_copy(
+        update={"reference": MATH_TASK.reference.model_copy(update={"answer": "x^3+3x^2+3x+1"})})
     with monkeypatch.context() as patch:  # a machine too busy to answer within the wall bound (poll waits >= 1 ms)
         patch.setattr(math_verifier, "LIMITS", dataclasses.replace(math_verifier.LIMITS, wall_s=1e-6))
         busy = within(30, lambda: math_verifier.verify(task, completion))
@@ -521,7 +523,8 @@ def _workers() -> set[int]:
     for children in Path("/proc/self/task").glob("*/children"):
         for pid in children.read_text().split():
             try:
-                if b"flywheel.verifiers.bounds import serve" in Path(f"/proc/{pid}/cmdline").read_bytes() and running(int(pid)):
+                if (b"flywheel.verifiers.bounds import serve" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                        and running(int(pid))):
                     found.add(int(pid))
             except OSError:
                 pass

@@ -41,7 +41,8 @@ def inputs(tmp_path: Path, catalog) -> Path:
 
 def flywheel(command: str, inputs: Path, output: Path | str, **popen: object) -> subprocess.CompletedProcess:
     args = {"score": ["--verifier", "tool_call"], "dedupe": ["--field", "t"]}[command]
-    return subprocess.run([FLYWHEEL, command, *args, "--input", str(inputs / f"{command}.jsonl"), "--output", str(output)],
+    return subprocess.run([FLYWHEEL, command, *args, "--input", str(inputs / f"{command}.jsonl"),
+                           "--output", str(output)],
                           capture_output=True, text=True, timeout=120, **popen)  # type: ignore[call-overload]
 
 

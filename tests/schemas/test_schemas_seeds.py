@@ -101,7 +101,8 @@ def test_workplace_and_code_seeds_are_valid_and_vary(env: str) -> None:
     kept, rejects = validate_rows(rows)  # the reference scores 1.0: replayed (workplace) or run in the sandbox (code)
     assert len(kept) == 120 and not rejects
     refs = [json.loads(r["task"])["reference"] for r in rows]
-    varied = {json.dumps(r["final_state"] if env == "workplace" else [r["answer"], r["tests"]], sort_keys=True) for r in refs}
+    varied = {json.dumps(r["final_state"] if env == "workplace" else [r["answer"], r["tests"]], sort_keys=True)
+              for r in refs}
     assert len(varied) > 80, "samplers must vary the states and tests"
     again, _ = generate_candidates(range(120), seeds, tools, run_seed=4)
     assert again == rows, "same seed, same tasks"

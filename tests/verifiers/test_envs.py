@@ -101,7 +101,8 @@ def env_branches(source: str, names: set[str]) -> list[int]:
 
 def test_the_scan_finds_env_branches() -> None:
     names = set(env_names())
-    src = 'if env == "tool_call": pass\nok = t.env in ("math", "cli")\nMULTI = {"workplace"}\nP = {"math": 1, "cli": 2}\n'
+    src = ('if env == "tool_call": pass\nok = t.env in ("math", "cli")\n'
+           'MULTI = {"workplace"}\nP = {"math": 1, "cli": 2}\n')
     assert env_branches(src, names) == [1, 2, 3, 4]
     assert env_branches('def f(env="tool_call"): return {"code": 1}\n', names) == []  # defaults are fine
 

@@ -15,7 +15,8 @@ from flywheel.verifiers import judge
 
 TASK = Task.model_validate({
     "env": "judge", "messages": [{"role": "user", "content": "Name the capital of France."}],
-    "reference": {"answer": "Paris", "rubric": "10 if the answer is Paris, else 0."}, "meta": {"seed_id": "judge-test"}})
+    "reference": {"answer": "Paris", "rubric": "10 if the answer is Paris, else 0."},
+    "meta": {"seed_id": "judge-test"}})
 
 
 @pytest.fixture
@@ -59,8 +60,8 @@ def test_judge_endpoint_answering_errors_is_judge_failed(restore_config) -> None
 def test_score_cli_needs_a_judge_endpoint(tmp_path) -> None:
     rows = tmp_path / "rollouts.jsonl"
     rows.write_text(json.dumps({"task": TASK.model_dump(mode="json"), "completion": "Paris"}) + "\n")
-    done = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "score", "--verifier", "judge", "--input", str(rows),
-                           "--output", str(tmp_path / "out.jsonl")], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "score", "--verifier", "judge",
+                           "--input", str(rows), "--output", str(tmp_path / "out.jsonl")],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 1 and "--judge-url" in done.stderr
     assert not (tmp_path / "out.jsonl").exists()

@@ -23,9 +23,11 @@ from flywheel.verifiers.sandbox import Limits, run_code
 
 HOSTILE = {
     "fork bomb": ("import os\ndef solve(xs):\n    while True:\n        os.fork()\n", "resource_limit"),
-    "fork bomb that swallows errors": ("import os\ndef solve(xs):\n    while True:\n        try:\n            os.fork()\n"
+    "fork bomb that swallows errors": ("import os\ndef solve(xs):\n    while True:\n        try:\n"
+                                       "            os.fork()\n"
                                        "        except OSError:\n            pass\n", "timeout"),
-    "memory bomb": ("def solve(xs):\n    blocks = []\n    while True:\n        blocks.append(bytearray(64 * 1024 * 1024))\n",
+    "memory bomb": ("def solve(xs):\n    blocks = []\n    while True:\n"
+                    "        blocks.append(bytearray(64 * 1024 * 1024))\n",
                     "resource_limit"),
     "infinite loop": ("def solve(xs):\n    while True:\n        pass\n", "timeout"),
     "sleeps past the wall clock": ("import time\ndef solve(xs):\n    time.sleep(3600)\n", "timeout"),
@@ -34,9 +36,12 @@ HOSTILE = {
                                   "resource_limit"),
     "exits early to fake success": ("import os\nprint('ALL TESTS PASSED')\nos._exit(0)\n", "runtime_error"),
     "leaves a background process": ("import os, time\ndef solve(xs):\n    if os.fork() == 0:\n        os.setsid()\n"
-                                    "        time.sleep(3600)\n    return [x for x in xs if x % 3 == 0]\n", "resource_limit"),
-    "kills its parent and everything it can": ("import os, signal\ndef solve(xs):\n    os.kill(os.getppid(), signal.SIGKILL)\n"
-                                               "    os.kill(-1, signal.SIGKILL)\n    os.kill(HOST_PID, signal.SIGKILL)\n"
+                                    "        time.sleep(3600)\n    return [x for x in xs if x % 3 == 0]\n",
+                                    "resource_limit"),
+    "kills its parent and everything it can": ("import os, signal\ndef solve(xs):\n"
+                                               "    os.kill(os.getppid(), signal.SIGKILL)\n"
+                                               "    os.kill(-1, signal.SIGKILL)\n"
+                                               "    os.kill(HOST_PID, signal.SIGKILL)\n"
                                                "    return [x for x in xs if x % 3 == 0]\n", "runtime_error"),
 }
 
@@ -65,9 +70,11 @@ def test_hostile_code_is_contained(name: str, monkeypatch) -> None:
 def test_files_outside_the_work_directory_are_untouchable(tmp_path) -> None:
     host_file = Path("/tmp") / f"flywheel-escape-{uuid.uuid4().hex}"
     repo_file = Path(__file__).resolve().parents[2] / f"escape-{uuid.uuid4().hex}"
-    source = (f"def solve():\n    written = []\n    for path in ({str(host_file)!r}, {str(repo_file)!r}, '/etc/flywheel', "
-              f"'/usr/lib/flywheel'):\n        try:\n            open(path, 'w').write('x')\n            written.append(path)\n"
-              f"        except OSError:\n            pass\n    open('local.txt', 'w').write('fine')\n    return written\n")
+    source = (f"def solve():\n    written = []\n    for path in ({str(host_file)!r}, {str(repo_file)!r}, "
+              f"'/etc/flywheel', '/usr/lib/flywheel'):\n        try:\n            open(path, 'w').write('x')\n"
+              f"            written.append(path)\n"
+              f"        except OSError:\n            pass\n    open('local.txt', 'w').write('fine')\n"
+              f"    return written\n")
     result = run_code(source, "solve", [[]])
     assert [e.get("value") for e in result.events if e["event"] == "test"] == [[str(host_file)]]  # its own /tmp only
     assert not host_file.exists() and not repo_file.exists()
@@ -99,7 +106,8 @@ def _accept(server: socket.socket) -> object:
 
 
 def test_environment_is_empty_and_the_user_unprivileged() -> None:
-    source = "import os\ndef solve():\n    return [dict(os.environ), os.getcwd(), os.getuid() != 0, sorted(os.listdir('/'))]\n"
+    source = ("import os\ndef solve():\n"
+              "    return [dict(os.environ), os.getcwd(), os.getuid() != 0, sorted(os.listdir('/'))]\n")
     result = run_code(source, "solve", [[]])
     env, cwd, unprivileged, root_entries = next(e["value"] for e in result.events if e["event"] == "test")
     assert set(env) <= {"PATH", "PWD", "LC_CTYPE"} and cwd == "/work" and unprivileged
@@ -116,11 +124,13 @@ def test_trl_reward_runs_a_batch_in_parallel_in_order() -> None:
 def test_flooding_the_real_channel_is_a_resource_limit(monkeypatch) -> None:
     """The channel is no longer fd 3 (that is the candidate's output file now): flooding the real one still caps."""
     source = ("import os, stat\ndef solve(xs):\n    while True:\n        for fd in range(3, 64):\n            try:\n"
-              "                if stat.S_ISFIFO(os.fstat(fd).st_mode):\n                    os.write(fd, b'x' * 65536)\n"
+              "                if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+              "                    os.write(fd, b'x' * 65536)\n"
               "            except OSError:\n                pass\n")
     monkeypatch.setattr(code, "LIMITS", Limits(cpu_s=1, wall_s=3))
     verdict = code.verify(divisible_task(), source)
-    assert (verdict.reward, verdict.failure_class, verdict.details) == (0.0, "resource_limit", "flooded the result channel")
+    assert ((verdict.reward, verdict.failure_class, verdict.details)
+            == (0.0, "resource_limit", "flooded the result channel"))
     assert sandbox_processes() == []
 
 
@@ -128,7 +138,8 @@ def test_a_candidate_cannot_pass_for_a_sandbox_that_failed_to_start() -> None:
     """bwrap's own processes share the candidate's uid: writing bwrap-like errors to their stderr and exiting must
     still be the candidate's runtime_error (reward 0), never valid=False (which would drop the sample)."""
     source = ("import os\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
-              "        fd = os.open(f'/proc/{pid}/fd/2', os.O_WRONLY)\n        os.write(fd, b'bwrap: cannot start\\n')\n"
+              "        fd = os.open(f'/proc/{pid}/fd/2', os.O_WRONLY)\n"
+              "        os.write(fd, b'bwrap: cannot start\\n')\n"
               "    except OSError:\n        pass\nos._exit(1)\n")
     verdict = code.verify(divisible_task(), source)
     assert (verdict.reward, verdict.valid, verdict.failure_class) == (0.0, True, "runtime_error")

@@ -96,7 +96,8 @@ def test_cli_reward_function_form() -> None:
     task = Task.model_validate({"env": "cli", "messages": [{"role": "user", "content": "List /tmp."}],
                                 "reference": {"answer": "ls /tmp"}, "meta": {"seed_id": "t"}})
     other = Task.model_validate({**task.model_dump(), "id": "", "env": "tool_call"})
-    assert cli_reward(["ls /tmp", "rm -rf /", "ls /tmp"], task=[task, task.model_dump_json(), other]) == [1.0, -1.0, None]
+    assert cli_reward(["ls /tmp", "rm -rf /", "ls /tmp"],
+                      task=[task, task.model_dump_json(), other]) == [1.0, -1.0, None]
 
 
 @pytest.mark.parametrize("name", sorted(VERIFIERS))

@@ -30,7 +30,8 @@ def _from_task(task: dict, tid: str, args_update: dict, tools_order: int = 1) ->
     """A logged trajectory for TASK's request: the agent's call with ARGS_UPDATE, corrected to the reference."""
     ref = task["reference"]["calls"][0]
     fn = lambda args: {"type": "function", "function": {"name": ref["tool"], "arguments": json.dumps(args)}}
-    return {"id": tid, "messages": [task["messages"][1], {"role": "assistant", "tool_calls": [fn(ref["args"] | args_update)]}],
+    return {"id": tid, "messages": [task["messages"][1],
+                                    {"role": "assistant", "tool_calls": [fn(ref["args"] | args_update)]}],
             "tools": [{"type": "function", "function": {"name": t["name"]}} for t in task["tools"][::tools_order]],
             "outcome": {"success": False},
             "interventions": [{"message_index": 1, "kind": "correction", "tool_calls": [fn(ref["args"])]}]}

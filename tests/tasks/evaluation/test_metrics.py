@@ -96,10 +96,12 @@ def test_report_from_scored_rollouts(tmp_path, catalog) -> None:
     frame = pl.DataFrame(_scored_rows(catalog), schema=ROLLOUT_SCHEMA)
     (tmp_path / "ds").mkdir()
     (tmp_path / "ds" / "manifest.json").write_text("{}")
-    config = EvalConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "out"), samples=3, price_in=1.0, price_out=2.0)
+    config = EvalConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "out"), samples=3, price_in=1.0,
+                        price_out=2.0)
     dataset = {"name": "tool_call", "version": "v-x", "content_hash": "0" * 64, "path": "ds"}
     model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
-    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1}, {})
+    report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1},
+                         {})
     m = report.metrics
     assert m["pass@1"].value == pytest.approx((1 + 1 / 3) / 2) and m["pass@3"].value == 1.0
     assert m["valid_output_rate"].value == pytest.approx(4 / 6) and m["success_rate"].n == 6

@@ -75,5 +75,6 @@ def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
     tools, seeds = catalog
     para = make_paraphraser("vllm", None, None)
     first = generate_candidates(range(8), seeds, tools, 3, para)
-    assert first == generate_candidates(range(8), seeds, tools, 3, para), "the same row seeds must give the same paraphrases"
+    assert first == generate_candidates(range(8), seeds, tools, 3, para), (
+        "the same row seeds must give the same paraphrases")
     _check_rows(first[0], first[1], "vllm")

@@ -40,7 +40,8 @@ def adapters(tmp_path_factory) -> list[Path]:
     for seed in (1, 2):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(embedded_checkpoint())
-        peft = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights="gaussian"))
+        peft = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                                init_lora_weights="gaussian"))
         peft.save_pretrained(root / f"a{seed}")
         out.append(root / f"a{seed}")
     return out
@@ -98,7 +99,8 @@ def test_export_gives_what_a_serving_stack_loads(tmp_path, adapters) -> None:
     v1 = Registry(reg_dir).register(adapters[0], FIELDS)
     for flag, marker in (([], "adapter_config.json"), (["--merged"], "config.json")):
         target = tmp_path / f"export{len(flag)}"
-        done = runner.invoke(app, ["registry", "export", v1.id, "--registry", str(reg_dir), "--out", str(target), *flag])
+        done = runner.invoke(app, ["registry", "export", v1.id, "--registry", str(reg_dir), "--out", str(target),
+                                   *flag])
         assert done.exit_code == 0 and (target / marker).is_file() and (target / "tokenizer_config.json").is_file()
     again = runner.invoke(app, ["registry", "export", v1.id, "--registry", str(reg_dir), "--out", str(target)])
     assert again.exit_code == 1 and "exists" in again.output
@@ -114,8 +116,8 @@ def test_a_killed_promotion_leaves_the_registry_as_it_was(tmp_path, adapters, ca
     reg.register(adapters[0], FIELDS)
     base = eval_dir(tmp_path / "base", catalog, good_every=0)
     better = eval_dir(tmp_path / "better", catalog, good_every=2)
-    cmd = [sys.executable, "-m", "flywheel.flows.cli", "promote", "--registry", str(reg_dir), "--baseline-eval", str(base),
-           "--candidate-eval", str(better)]
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "promote", "--registry", str(reg_dir),
+           "--baseline-eval", str(base), "--candidate-eval", str(better)]
     t0 = time.perf_counter()
     probe = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     duration = time.perf_counter() - t0

@@ -106,8 +106,8 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     sft_version = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
     grpo = runner.invoke(app, ["train", "--out", str(tmp_path / "grpo"), "--method", "grpo", "--loss-type", "gspo",
                                "--model", str(tmp_path / "sft" / "adapter"), "--parent", sft_version["id"],
-                               "--max-steps", "2", "--batch-size", "4", "--num-generations", "2", "--eval-interval", "2",
-                               *common])
+                               "--max-steps", "2", "--batch-size", "4", "--num-generations", "2",
+                               "--eval-interval", "2", *common])
     assert grpo.exit_code == 0, grpo.output
     rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "heldout_reward" in rows[1] and "heldout_reward" not in rows[0]
@@ -125,9 +125,9 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
 @pytest.mark.slow
 def test_killed_training_resumes_from_its_last_checkpoint(dataset, tmp_path) -> None:
     out = tmp_path / "k"
-    cmd = [sys.executable, "-m", "flywheel.flows.cli", "train", "--dataset", dataset, "--out", str(out), "--method", "sft",
-           "--max-steps", "4", "--batch-size", "2", "--save-steps", "1", "--eval-interval", "100", "--eval-limit", "2",
-           "--max-completion-length", "8", "--limit", "8"]
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "train", "--dataset", dataset, "--out", str(out),
+           "--method", "sft", "--max-steps", "4", "--batch-size", "2", "--save-steps", "1", "--eval-interval", "100",
+           "--eval-limit", "2", "--max-completion-length", "8", "--limit", "8"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 400
     while not (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").is_file() and time.time() < deadline:
