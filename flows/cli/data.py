@@ -33,7 +33,7 @@ def generate(
     parent: list[Path] = typer.Option([], help="Earlier published version folder(s) to dedupe against."),
     cache_dir: Path = typer.Option(None, help="Stage cache (default OUT/.cache)."),
     seeds_dir: Path = typer.Option(None, help="Folder with ENV.jsonl seeds and ENV.tools.json "
-                                              "(default: datasets/seeds)."),
+                                              "(default: the env's own folder, verifiers/envs/ENV/)."),
 ) -> None:
     """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
     from flywheel.flows.config import GenerateConfig

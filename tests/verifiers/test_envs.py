@@ -17,7 +17,7 @@ from flywheel.verifiers.envs import env_names, get_env
 from flywheel.verifiers.spec import EnvSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = {"tool_call", "math", "cli", "code", "workplace"}
+SHIPPED = {"tool_call", "math", "cli", "code", "workplace", "sql"}
 
 
 def test_env_names_are_discovered_without_importing_any_env() -> None:
