@@ -1,8 +1,8 @@
 """vLLM in its own virtual environment, driven from the flow's process over a pipe.
 
 vLLM's CPU build needs its own torch/transformers set (docs/ARCHITECTURE.md, Models), so on this kind of
-machine it lives in .venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker holds one
-``vllm.LLM`` (``backends.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
+machine it lives in .venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker
+holds one ``vllm.LLM`` (``backends.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
 Protocol: the worker prints ``READY`` once loaded; each request line is ``{"requests": [...], "sampling": {...}}``
 and each answer line ``{"generations": [...]}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
 stderr, which the parent keeps in a log file for error messages.
