@@ -146,7 +146,7 @@ def test_eval_runs_workplace_agent_episodes(model_server, tmp_path, prefect_api)
     rows = pl.read_parquet(tmp_path / "we" / "rollouts.parquet")
     assert rows.height == 2 and rows["steps"].max() <= 2
     assert set(rows["finish_reason"]) <= {"answer", "max_steps", "max_tokens"}
-    assert summary["metrics"]["correct_tool_rate"]["n"] == 2
+    assert summary.metrics["correct_tool_rate"].n == 2
 
 
 def test_eval_bad_options_fail_with_what_to_fix(tmp_path) -> None:
