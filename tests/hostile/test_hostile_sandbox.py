@@ -296,10 +296,11 @@ def test_memory_is_bounded_per_sandbox_not_per_process(monkeypatch) -> None:
     much more than its budget (before, each process had the whole 512 MB: 800 MB resident, and reward 1.0)."""
     monkeypatch.setattr(code, "LIMITS", Limits(cpu_s=2, wall_s=10, memory_mb=512, nproc=8))
     peak, done = [0], threading.Event()
+    before = set(descendants(os.getpid()))  # earlier tests' verifier workers and servers are not the sandbox's
 
     def watch() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], sum(resident_kb(pid) for pid in descendants(os.getpid())))
+            peak[0] = max(peak[0], sum(resident_kb(pid) for pid in set(descendants(os.getpid())) - before))
             time.sleep(0.02)
 
     watcher = threading.Thread(target=watch)
