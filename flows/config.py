@@ -19,7 +19,10 @@ from flywheel.tasks.data.dedupe import MAX_NGRAM
 from flywheel.tasks.data.seeds import SEEDS_DIR
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
-MAX_ROWS = 10_000_000  # generate --n: 100x the 100k-row bench flow
+MAX_ROWS = 10_000_000
+PREFIX_CACHE_HELP = ("transformers backend: prefill a prompt prefix shared by several requests once and reuse its KV "
+                     "cache (and an agent's from step to step); --no-prefix-cache prefills every prompt whole (the "
+                     "old path, for comparison).")  # generate --n: 100x the 100k-row bench flow
 
 
 def check_parent(folder: str) -> None:
@@ -105,6 +108,7 @@ class EvalConfig(BaseModel):
     max_steps: int = Field(default=6, ge=1, le=64)
     concurrency: int = Field(default=4, ge=1, le=256)
     native_tools: bool = False
+    prefix_cache: bool = Field(default=True, description=PREFIX_CACHE_HELP)
     success_threshold: float = Field(default=1.0, gt=-1.0, le=1.0)
     thresholds: Thresholds = Thresholds()
     bootstrap: int = Field(default=1000, ge=100, le=100_000)
@@ -154,6 +158,7 @@ class RunConfig(BaseModel):
     gpu_pool: str | None = Field(default=None, description="Run training and promotion as deployments on this "
                                  "work pool (needs PREFECT_API_URL of a deploy/start.sh server).")
     dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages.")
+    prefix_cache: bool = Field(default=True, description=PREFIX_CACHE_HELP)
 
 
 def field_default(model: type[BaseModel], name: str) -> Any:

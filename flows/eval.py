@@ -117,14 +117,15 @@ def eval_policy(config: EvalConfig) -> EvalResult:
     (out / "batches").mkdir(parents=True, exist_ok=True)
     backend = make_backend(config.backend, config.model, config.base_url, batch_size=min(config.batch_size, 16),
                            concurrency=config.concurrency, native_tools=config.native_tools,
-                           api_key=os.environ.get("OPENAI_API_KEY"))
+                           api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache)
     t_load = time.perf_counter() - t0
     model = model_info(config, backend)
     sampling = Sampling(config.temperature, config.top_p, config.max_tokens)
     verifiers = {env: get_verifier(env).VERSION for env in sorted({t.env for t in tasks})}
     identity = {"dataset": dataset["content_hash"], "split": config.split, "model": model,
                 "sampling": asdict(sampling), "max_steps": config.max_steps, "threshold": config.success_threshold,
-                "native": config.native_tools, "batch": config.batch_size, "verifiers": verifiers,
+                "native": config.native_tools, "batch": config.batch_size,
+                "prefix_cache": config.prefix_cache, "verifiers": verifiers,
                 "code": code_version()}
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
     paths, counts = [], {"total": len(batches), "reused": 0, "run": 0}

@@ -67,7 +67,8 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
                         num_generations=config.num_generations, loss_type=config.loss_type,
                         max_completion_length=config.max_tokens, eval_interval=0, eval_limit=config.eval_limit,
-                        save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed)
+                        save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
+                        prefix_cache=config.prefix_cache)
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
                                                               "registry": str(out / "registry"), "parent": parent},
@@ -115,7 +116,8 @@ def run_pipeline(config: RunConfig) -> RunSummary:
                                       workers=config.workers, dask_address=config.dask_address))
     dataset = gen.version_dir
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
-                            seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature)
+                            seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature,
+                            prefix_cache=config.prefix_cache)
     baseline = eval_policy(evaluation)
     evals = {"baseline": EvalSummary(report=baseline.report, metrics=baseline.metrics)}
     model, parent, stages = None, None, {}

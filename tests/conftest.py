@@ -26,6 +26,18 @@ from flywheel.verifiers.procs import descendants  # noqa: E402  (re-exported: ho
 from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked ``gpu`` run where CUDA is present and are skipped, with the reason, everywhere else."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs CUDA (no GPU on this machine)"))
+
+
 @pytest.fixture(scope="session")
 def prefect_api():
     from prefect.testing.utilities import prefect_test_harness

@@ -79,6 +79,8 @@ def eval_(
     done_at_pass_at_1: float = typer.Option(0.9, help="Decision: pass@1 at or above this -> done."),
     price_in: float = typer.Option(0.0, help="Cost estimate: USD per 1M prompt tokens."),
     price_out: float = typer.Option(0.0, help="Cost estimate: USD per 1M completion tokens."),
+    prefix_cache: bool = typer.Option(True, help="transformers backend: reuse the KV cache of shared prompt prefixes "
+                                                 "(--no-prefix-cache: prefill every prompt whole, the old path)."),
 ) -> None:
     """Evaluate a policy on a published split: metrics with 95% CIs, failure buckets, the SFT/RL/done decision."""
     from flywheel.flows.config import EvalConfig
@@ -90,7 +92,7 @@ def eval_(
             dataset=str(dataset), split=split, out=str(out), model=model, backend=backend, base_url=base_url,
             samples=samples, limit=limit, seed=seed, batch_size=batch_size, temperature=temperature, top_p=top_p,
             max_tokens=max_tokens, max_steps=max_steps, concurrency=concurrency, native_tools=native_tools,
-            success_threshold=success_threshold, price_in=price_in, price_out=price_out,
+            success_threshold=success_threshold, price_in=price_in, price_out=price_out, prefix_cache=prefix_cache,
             thresholds=Thresholds(sft_below_valid=sft_below_valid, rl_min_pass_at_k=rl_min_pass_at_k,
                                   done_at_pass_at_1=done_at_pass_at_1))
         check_output(out, "--out", folder_wanted=True)

@@ -37,6 +37,8 @@ def train(
     registry: Path = typer.Option(None, envvar="FLYWHEEL_REGISTRY",
                                   help="Register the adapter here as the candidate."),
     parent: str = typer.Option(None, help="Registry version the --model adapter came from (lineage)."),
+    prefix_cache: bool = typer.Option(True, help="GRPO rollouts and evals: prefill each prompt once and reuse its KV "
+                                                 "cache (--no-prefix-cache: the old path)."),
 ) -> None:
     """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
     from flywheel.flows.config import EvalConfig
@@ -49,14 +51,14 @@ def train(
                              batch_size=batch_size, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2 * lora_r,
                              num_generations=num_generations, loss_type=loss_type, beta=beta,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
-                             eval_limit=eval_limit, save_steps=save_steps, seed=seed)
+                             eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
         resolve_model(model)  # a bad --model fails before any flow run starts
         if registry and parent:  # so does an unknown --parent (it would only fail at registration, after training)
             from flywheel.tasks.release.registry import Registry
 
             Registry(registry).version(parent)
         evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
-                                max_tokens=max_completion_length)
+                                max_tokens=max_completion_length, prefix_cache=prefix_cache)
         check_output(out, "--out", folder_wanted=True)
         from flywheel.flows.train import train_policy  # TRL and the eval flow: imported once every check has passed
 
@@ -85,6 +87,7 @@ def run_(
     train_limit: int = option(RunConfig, "train_limit"),
     gpu_pool: str = option(RunConfig, "gpu_pool"),
     dask_address: str = option(RunConfig, "dask_address"),
+    prefix_cache: bool = option(RunConfig, "prefix_cache"),
 ) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
     from flywheel.flows.pipeline import run_pipeline
@@ -92,7 +95,8 @@ def run_(
     try:
         config = RunConfig(out=str(out), seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
                            grpo_steps=grpo_steps, num_generations=num_generations, max_tokens=max_tokens,
-                           train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address)
+                           train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
+                           prefix_cache=prefix_cache)
         summary = with_progress(lambda: run_pipeline(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))

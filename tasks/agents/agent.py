@@ -145,10 +145,12 @@ class BackendPolicy:
     backend: Backend
     sampling: Sampling
     seed: int = 0
+    label: str = ""  # what errors name: the task
     generations: list[Generation] = field(default_factory=list)
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> PolicyReply:
         step_seed = batch_seed([self.seed, len(self.generations)])
-        gen = self.backend.generate([Request(messages, tools, step_seed, agent=True)], self.sampling)[0]
+        request = Request(messages, tools, step_seed, agent=True, label=self.label)
+        gen = self.backend.generate([request], self.sampling)[0]
         self.generations.append(gen)
         return PolicyReply(gen.text, gen.tool_calls, gen.completion_tokens)

@@ -55,8 +55,8 @@ def _row(task: Task, tool: str, sample: int, seed: int, completion: str, verdict
 
 def _single_turn(backend: Backend, items: list[tuple[Task, str, int, int]], sampling: Sampling,
                  threshold: float) -> list[dict[str, Any]]:
-    requests = [Request([m.model_dump(exclude_none=True) for m in t.messages], openai_tools(t), seed)
-                for t, _, _, seed in items]
+    requests = [Request([m.model_dump(exclude_none=True) for m in t.messages], openai_tools(t), seed,
+                        label=f"task {t.id}") for t, _, _, seed in items]
     gens = backend.generate(requests, sampling)
     texts = [completion_text(g) for g in gens]
 
@@ -74,7 +74,7 @@ def _single_turn(backend: Backend, items: list[tuple[Task, str, int, int]], samp
 def _episode(backend: Backend, item: tuple[Task, str, int, int], sampling: Sampling, threshold: float,
              max_steps: int) -> dict[str, Any]:
     task, tool, sample, seed = item
-    policy = BackendPolicy(backend, sampling, seed)
+    policy = BackendPolicy(backend, sampling, seed, label=f"task {task.id}")
     ep = run_episode(policy, LocalEnv(), task, max_steps=max_steps, max_tokens=sampling.max_tokens * max_steps)
     trajectory = ep.messages[len(task.messages):]
     called = frozenset(c["function"]["name"] for m in trajectory for c in m.get("tool_calls") or [])

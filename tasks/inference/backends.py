@@ -21,14 +21,17 @@ from flywheel.tasks.inference.protocol import (
 
 
 class TransformersBackend:
-    """Batched sampling with a local Hugging Face checkpoint (the embedded model by default)."""
+    """Batched sampling with a local Hugging Face checkpoint (the embedded model by default); shared prompt
+    prefixes are prefilled once unless ``prefix_cache`` is off (tasks/inference/prefix_cache.py)."""
 
     name = "transformers"
 
-    def __init__(self, model_ref: str | None, batch_size: int = 8, loaded: Any = None) -> None:
+    def __init__(self, model_ref: str | None, batch_size: int = 8, loaded: Any = None,
+                 prefix_cache: bool = True) -> None:
         from flywheel.tasks.inference.hf import HFChatModel
 
-        self.model = loaded or HFChatModel(model_ref)  # loaded: an HFChatModel already in memory (training)
+        # loaded: an HFChatModel already in memory (training)
+        self.model = loaded or HFChatModel(model_ref, prefix_cache=prefix_cache)
         self.model_id, self.batch_size = str(self.model.path), batch_size
 
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
@@ -38,7 +41,7 @@ class TransformersBackend:
             t0 = time.perf_counter()
             replies = self.model.generate([as_text_chat(r.messages, r.tools, r.agent) for r in batch],
                                           batch_seed([r.seed for r in batch]), sampling.temperature, sampling.top_p,
-                                          sampling.max_tokens)
+                                          sampling.max_tokens, [r.label for r in batch])
             wait = time.perf_counter() - t0
             out += [Generation(x.text, None, r.seed, wait, x.prompt_tokens, x.completion_tokens,
                                "length" if x.completion_tokens >= sampling.max_tokens else "stop")
@@ -47,24 +50,45 @@ class TransformersBackend:
 
 
 class VLLMBackend:
-    """vllm.LLM in process; each request is sampled with its own seed."""
+    """vllm.LLM in process; each request is sampled with its own seed.
+
+    Prefix caching is on: the shared system prompt and tool catalog are prefilled once per engine, not per request.
+    ``FLYWHEEL_VLLM_COMPILE`` picks the compilation mode: ``eager`` (default: no torch.compile, the cheapest start)
+    or ``compiled`` (torch.compile with inductor, vLLM's default); compile caches live in ``<cache root>/vllm``
+    (``VLLM_CACHE_ROOT`` unless set), so a second start reuses them. bench/RESULTS.md has the measurements.
+    """
 
     name = "vllm"
+    COMPILE_MODES = ("eager", "compiled")
 
     def __init__(self, model_ref: str | None, gpu_memory_utilization: float = 0.3) -> None:
+        import os
+
+        from flywheel.tasks.inference.models import cache_root, is_adapter, resolve_model
+
+        mode = os.environ.get("FLYWHEEL_VLLM_COMPILE", "eager")
+        if mode not in self.COMPILE_MODES:
+            raise ValueError(f"FLYWHEEL_VLLM_COMPILE={mode!r}: choose one of {', '.join(self.COMPILE_MODES)}")
+        # set before vllm is imported; the engine processes it spawns inherit them
+        os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
+        # vLLM 0.32's AOT-compiled artifact never loads back on CPU ("'function' object has no attribute
+        # 'finalize_loading'"), so every start compiled from scratch; the plain torch.compile path reuses
+        # inductor's own caches (FX graph, AOTAutograd), kept beside vLLM's
+        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.environ["VLLM_CACHE_ROOT"], "inductor"))
         try:
             from vllm import LLM, SamplingParams
         except ImportError:
             raise RuntimeError("backend 'vllm' needs vLLM in this environment, or .venv-vllm "
                                "(`bash deploy/install.sh --with-vllm`) for the worker process") from None
-        from flywheel.tasks.inference.models import is_adapter, resolve_model
 
         path = resolve_model(model_ref)
         if is_adapter(path):
             raise ValueError(f"{path} is a PEFT adapter: the vllm backend needs a merged checkpoint "
                              "(`flywheel registry export --merged`), or use --backend transformers")
-        self.model_id = str(path)
-        self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0)
+        self.model_id, self.compile_mode = str(path), mode
+        self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0,
+                       enable_prefix_caching=True, enforce_eager=mode == "eager")
         self.params = SamplingParams
 
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:

@@ -29,7 +29,7 @@ _LOADED: dict[tuple[Any, ...], Any] = {}
 
 def make_backend(kind: str, model: str | None, base_url: str | None = None, *, batch_size: int = 8,
                  concurrency: int = 4, native_tools: bool = False, timeout_s: float = 120.0, retries: int = 3,
-                 api_key: str | None = None) -> Backend:
+                 api_key: str | None = None, prefix_cache: bool = True) -> Backend:
     """A backend by name. In-process models are loaded once per process and reused (vLLM takes minutes to start).
     vLLM runs in process when importable here, else in the .venv-vllm worker (``tasks.vllm_worker``)."""
     if kind == "openai":
@@ -38,10 +38,10 @@ def make_backend(kind: str, model: str | None, base_url: str | None = None, *, b
         return OpenAIBackend(base_url, model, concurrency, timeout_s, retries, api_key, native_tools)
     if kind not in ("transformers", "vllm"):
         raise ValueError(f"unknown backend {kind!r}; choose transformers, vllm or openai")
-    key = (kind, model, batch_size if kind == "transformers" else 0)
+    key = (kind, model, batch_size if kind == "transformers" else 0, prefix_cache)
     if key not in _LOADED:
         if kind == "transformers":
-            _LOADED[key] = TransformersBackend(model, batch_size)
+            _LOADED[key] = TransformersBackend(model, batch_size, prefix_cache=prefix_cache)
         else:
             import importlib.util
 

@@ -41,6 +41,7 @@ class Request:
     tools: list[dict[str, Any]] = field(default_factory=list)
     seed: int = 0
     agent: bool = False  # multi-step episode: text-only models are also told how to call tools and how to stop
+    label: str = ""  # what errors name (the task id): e.g. a prompt too long for the model's context
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ class TrainConfig(BaseModel):
     success_threshold: float = Field(default=1.0, gt=-1.0, le=1.0)
     save_steps: int = Field(default=10, ge=1)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    prefix_cache: bool = True  # GRPO rollouts and held-out checks: prefill each prompt once for its G completions
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -203,9 +204,15 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
                       loss_type="grpo" if gspo else config.loss_type,
                       importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
                       max_completion_length=config.max_completion_length, temperature=config.temperature, **common)
+    rollout = None
+    if config.prefix_cache:  # each prompt prefilled once for its G completions (tasks/training/rollout.py says why)
+        from flywheel.tasks.training.rollout import make_rollout
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16
+        rollout = make_rollout(tokenizer, config.seed, prefix_cache=True)
     return GRPOTrainer(model=model, reward_funcs=[reward], args=args,
                        train_dataset=Dataset.from_list(grpo_rows(tasks)),
-                       processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+                       processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks, rollout_func=rollout)
 
 
 def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -237,7 +244,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
 
     def probe(m: Any) -> dict[str, float]:
         return heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length,
-                               config.success_threshold)
+                               config.success_threshold, prefix_cache=config.prefix_cache)
 
     log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, reward if config.method == "grpo" else None,
                    notify)
