@@ -115,7 +115,11 @@ def eval_policy(config: EvalConfig) -> EvalResult:
     out = Path(config.out)
     tasks, tools, dataset = load_split(config)
     (out / "batches").mkdir(parents=True, exist_ok=True)
-    backend = make_backend(config.backend, config.model, config.base_url, batch_size=min(config.batch_size, 16),
+    import torch
+
+    # CPU: 16 rows per generate call (decode cost grows with rows); a GPU takes the whole eval batch at once
+    per_call = config.batch_size if torch.cuda.is_available() else min(config.batch_size, 16)
+    backend = make_backend(config.backend, config.model, config.base_url, batch_size=per_call,
                            concurrency=config.concurrency, native_tools=config.native_tools,
                            api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache)
     t_load = time.perf_counter() - t0

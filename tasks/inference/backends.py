@@ -52,32 +52,35 @@ class TransformersBackend:
 class VLLMBackend:
     """vllm.LLM in process; each request is sampled with its own seed.
 
-    Prefix caching is on: the shared system prompt and tool catalog are prefilled once per engine, not per request.
-    ``FLYWHEEL_VLLM_COMPILE`` picks the compilation mode: ``eager`` (default: no torch.compile, the cheapest start)
-    or ``compiled`` (torch.compile with inductor, vLLM's default); compile caches live in ``<cache root>/vllm``
-    (``VLLM_CACHE_ROOT`` unless set), so a second start reuses them. bench/RESULTS.md has the measurements.
+    Prefix caching is on: the system prompt and tool catalog every request shares are prefilled once, not per request.
+    ``FLYWHEEL_VLLM_COMPILE``: ``compiled`` (default; torch.compile with inductor, its caches in ``<cache root>/vllm``
+    unless ``VLLM_CACHE_ROOT`` is set, so only the first start compiles) or ``eager`` (no compilation: the fastest
+    start, about 15% fewer tokens/s). ``FLYWHEEL_VLLM_PREFIX_CACHE=0`` turns prefix caching off, for comparison.
+    On CPU the engine runs in this process, in fp32 unless the CPU has native bf16 (``FLYWHEEL_VLLM_DTYPE`` overrides).
+    Measured in bench/RESULTS.md ("vLLM on CPU: prefix caching and start-up").
     """
 
     name = "vllm"
-    COMPILE_MODES = ("eager", "compiled")
+    COMPILE_MODES = ("compiled", "eager")
 
     def __init__(self, model_ref: str | None, gpu_memory_utilization: float = 0.3) -> None:
         import os
 
         from flywheel.tasks.inference.models import cache_root, is_adapter, resolve_model
 
-        mode = os.environ.get("FLYWHEEL_VLLM_COMPILE", "eager")
+        mode = os.environ.get("FLYWHEEL_VLLM_COMPILE", "compiled")
         if mode not in self.COMPILE_MODES:
             raise ValueError(f"FLYWHEEL_VLLM_COMPILE={mode!r}: choose one of {', '.join(self.COMPILE_MODES)}")
-        # set before vllm is imported; the engine processes it spawns inherit them
+        # read by vLLM and torch when the engine starts (setdefault: the caller's own settings win)
         os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
         # vLLM 0.32's AOT-compiled artifact never loads back on CPU ("'function' object has no attribute
-        # 'finalize_loading'"), so every start compiled from scratch; the plain torch.compile path reuses
-        # inductor's own caches (FX graph, AOTAutograd), kept beside vLLM's
+        # 'finalize_loading'"), so every start compiled from scratch (3 min here); the plain torch.compile path
+        # reuses inductor's own caches (FX graph, AOTAutograd) instead
         os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.environ["VLLM_CACHE_ROOT"], "inductor"))
         try:
             from vllm import LLM, SamplingParams
+            from vllm.platforms import current_platform
         except ImportError:
             raise RuntimeError("backend 'vllm' needs vLLM in this environment, or .venv-vllm "
                                "(`bash deploy/install.sh --with-vllm`) for the worker process") from None
@@ -86,9 +89,18 @@ class VLLMBackend:
         if is_adapter(path):
             raise ValueError(f"{path} is a PEFT adapter: the vllm backend needs a merged checkpoint "
                              "(`flywheel registry export --merged`), or use --backend transformers")
-        self.model_id, self.compile_mode = str(path), mode
-        self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0,
-                       enable_prefix_caching=True, enforce_eager=mode == "eager")
+        dtype = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto")
+        if current_platform.is_cpu():
+            # the engine core and its worker would be two more spawned processes, each importing torch and vLLM
+            # (15-20 s of start-up) and the worker computing on one core; in process it uses all cores
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            # vLLM's "auto" casts fp32 checkpoints to bf16 on every CPU; without AVX512-BF16/AMX that is emulated
+            # and 5x slower than fp32
+            dtype = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto" if _cpu_has_bf16() else "float32")
+        self.model_id, self.compile_mode, self.dtype = str(path), mode, dtype
+        self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0, dtype=dtype,
+                       enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
+                       enforce_eager=mode == "eager")
         self.params = SamplingParams
 
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
@@ -102,6 +114,17 @@ class VLLMBackend:
         return [Generation(o.outputs[0].text, None, r.seed, wait, len(o.prompt_token_ids or []),
                            len(o.outputs[0].token_ids), o.outputs[0].finish_reason or "stop")
                 for r, o in zip(requests, outs)]
+
+
+def _cpu_has_bf16() -> bool:
+    """Native bf16 matrix units on this CPU (x86: AVX512-BF16 or AMX; Arm: the bf16 feature). Linux only; False
+    where /proc/cpuinfo is missing."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            words = set(f.read().split())
+    except OSError:
+        return False
+    return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 class OpenAIBackend:

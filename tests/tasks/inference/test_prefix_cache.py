@@ -109,7 +109,7 @@ def test_an_agent_turn_reuses_the_previous_turn_and_its_reply(model) -> None:
     greedy = (0, 0.0, 1.0, 16)
     model.prefix_cache, model.store = True, PrefixStore()
     first = model.generate([chat], *greedy)[0]
-    turn2 = chat + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Result: {\"ok\": true}"}]
+    turn2 = chat + [{"role": "assistant", "content": first.text}, {"role": "user", "content": 'Result: {"ok": 1}'}]
     before = model.store.reused_tokens
     second = model.generate([turn2], *greedy)[0]
     assert model.store.reused_tokens - before >= first.prompt_tokens  # the whole first turn came from the cache
