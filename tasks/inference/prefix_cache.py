@@ -6,10 +6,12 @@ Contract:
   model identity, least recently used first out beyond a byte budget. ``check(identity)`` empties it when the
   identity differs (another model, tokenizer, adapter, or weights changed in place by training), so a cache is
   never reused for a model that did not build it.
-- ``prepare(model, store, prompts)`` prefills, once each, the prefixes that two or more prompts of the batch share
-  (and extends stored ones), then returns the batch's starting cache and inputs: row i is
-  ``[pad][cached prefix][pad][rest of prompt i]``, the pads masked out. Positions follow the mask, so every token
-  sits where it would without reuse, and greedy texts match the plain left-padded batch.
+- ``prepare(model, store, prompts)`` prefills each prompt but its last token at batch 1, extending the longest
+  stored prefix, so a prefix that prompts share (the system prompt and tools, the G copies of a GRPO prompt, an
+  agent's history) is computed once; then it returns the batch's starting cache and inputs, row i
+  ``[pad][cached prompt][last token]``: the same left-padded shapes as without reuse, so decoding costs the same.
+  Positions follow the mask, so every token sits where it would without reuse, and greedy texts match the plain
+  left-padded batch. (A row whose entry the byte budget evicted mid-batch is ``[pad][cached][pad][rest]``.)
 - Reuse is exact on tokens: only a stored sequence's first n tokens are reused when they equal the prompt's first
   n tokens (the longest common prefix), never a near match.
 """
@@ -23,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 KV = list[tuple[Any, Any]]  # per layer: keys and values, shape [1, kv_heads, tokens, head_dim]
-MIN_SHARED = 8  # tokens: shorter shared prefixes are not worth a separate prefill
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -69,14 +70,14 @@ class PrefixStore:
         return sum(k.nelement() * k.element_size() * 2 for kv in self.entries.values() for k, _ in kv)
 
 
-def _extend(model: Any, store: PrefixStore, ids: Sequence[int]) -> None:
-    """Store the KV of ``ids``, prefilling only what the longest stored prefix lacks."""
+def _extend(model: Any, store: PrefixStore, ids: Sequence[int]) -> int:
+    """Store the KV of ``ids``, prefilling only what the longest stored prefix lacks; returns the tokens reused."""
     import torch
     from transformers import DynamicCache
 
     n, key = store.match(ids)
     if n == len(ids):
-        return
+        return n
     past = DynamicCache(ddp_cache_data=store.get(key, n), config=model.config) if key else DynamicCache()
     new = torch.tensor([list(ids[n:])], device=model.device)
     out = model(input_ids=new, past_key_values=past, use_cache=True, logits_to_keep=1,
@@ -84,6 +85,7 @@ def _extend(model: Any, store: PrefixStore, ids: Sequence[int]) -> None:
     cache = out.past_key_values
     store.put(ids, [(layer.keys, layer.values) for layer in cache.layers])
     store.prefilled_tokens += len(ids) - n
+    return n
 
 
 @dataclass
@@ -95,24 +97,22 @@ class Prepared:
 
 
 def prepare(model: Any, store: PrefixStore, prompts: Sequence[Sequence[int]], pad_id: int) -> Prepared:
+    """Every prompt but its last token comes from the store, prefilled at batch 1 by extending the longest stored
+    prefix: what prompts share (with one another, an earlier batch or an agent's previous turn) is computed once.
+    The batch is left-padded exactly as without reuse, so decoding runs on the same shapes."""
     import torch
     from transformers import DynamicCache
 
-    shared = []
-    for i, ids in enumerate(prompts):
-        others = max((common_prefix(ids, p) for j, p in enumerate(prompts) if j != i), default=0)
-        want = min(max(others, store.match(ids)[0]), len(ids) - 1)  # the last token is always fed, for its logits
-        shared.append(tuple(ids[:want]) if want >= MIN_SHARED else ())
-    for prefix in sorted({s for s in shared if s}, key=len):  # shorter first: longer ones extend them
-        _extend(model, store, prefix)
+    for ids in prompts:
+        reused = _extend(model, store, ids[:len(ids) - 1])  # the last token is fed by generate, for its logits
+        store.reused_tokens += reused
+        store.hits += reused > 0
     cached, kvs = [], []
     for ids in prompts:
         n, key = store.match(ids)
         n = min(n, len(ids) - 1)
         cached.append(n if key else 0)
         kvs.append(store.get(key, n) if key and n else None)
-    store.hits += sum(1 for c in cached if c)
-    store.reused_tokens += sum(cached)
     width, rest = max(cached), max(len(p) - c for p, c in zip(prompts, cached))
     rows, masks = [], []
     for ids, c in zip(prompts, cached):

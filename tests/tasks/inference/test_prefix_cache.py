@@ -71,7 +71,7 @@ def test_store_matches_exact_token_prefixes_only_and_forgets_other_identities() 
 def test_greedy_texts_are_byte_identical_with_and_without_reuse_in_every_single_turn_env(model) -> None:
     requests = [r for env in single_turn_envs() for r in _requests(_tasks(env, 16))]
     assert len(requests) == 16 * len(single_turn_envs())
-    greedy = Sampling(temperature=0.0, top_p=1.0, max_tokens=24)
+    greedy = Sampling(temperature=0.0, top_p=1.0, max_tokens=12)
     old = _texts(model, requests, greedy, reuse=False)
     new = _texts(model, requests, greedy, reuse=True)
     assert model.store.reused_tokens > 0 and model.store.hits > len(requests) // 2
@@ -82,7 +82,7 @@ def test_greedy_texts_are_byte_identical_with_and_without_reuse_in_every_single_
 @pytest.mark.slow
 def test_sampled_texts_repeat_with_the_same_seeds(model) -> None:
     requests = _requests(_tasks("tool_call", 12))
-    sampling = Sampling(temperature=0.9, top_p=0.95, max_tokens=20)
+    sampling = Sampling(temperature=0.9, top_p=0.95, max_tokens=12)
     first = _texts(model, requests, sampling, reuse=True)
     assert _texts(model, requests, sampling, reuse=True) == first
     assert _texts(model, requests, sampling, reuse=True, fresh=False) == first
@@ -98,7 +98,7 @@ def test_g_copies_of_a_prompt_share_one_prefill(model) -> None:
     model.prefix_cache, model.store = True, PrefixStore()
     completions = model.generate_ids([prompt] * 8, seed=3, temperature=1.0, top_p=1.0, max_new_tokens=12)
     assert model.store.prefilled_tokens == len(prompt) - 1  # once, not 8 times
-    assert model.store.reused_tokens == 8 * (len(prompt) - 1)
+    assert model.store.reused_tokens == 7 * (len(prompt) - 1)  # the first copy prefills, seven reuse
     assert len(completions) == 8 and len({tuple(c) for c in completions}) > 1  # 8 samples, not one repeated
 
 
