@@ -2,7 +2,8 @@
 same prompts, same seeds, in one run (issue 15's three goals).
 
 1. eval: ``flywheel eval``'s rollouts (``run_batch``: generation + scoring, batches of 16) on the first N held-out
-   tasks of a tool_call dataset, embedded model, greedy, up to T new tokens: rollouts/s, and whether the texts match.
+   tasks of a tool_call dataset, embedded model, greedy, up to T new tokens: rollouts/s, and whether the texts match;
+   then the same with 1 new token (``eval_prompt_only``: the prefill alone, where reuse saves compute).
 2. GRPO generation phase: one step's 8 completions x 64 tokens of one prompt at temperature 1.0, as TRL's
    transformers path makes them (8 left-padded copies, ``_generate_plain``) and as ``tasks/training/rollout.py``
    makes them (one prefill shared by the 8); mean seconds per step over S prompts.
@@ -31,6 +32,7 @@ from flywheel.tasks.agents.agent import LocalEnv, PolicyReply, openai_tools, run
 from flywheel.tasks.evaluation.rollouts import rollout_seed, run_batch
 from flywheel.tasks.inference.backends import TransformersBackend
 from flywheel.tasks.inference.hf import HFChatModel
+from flywheel.tasks.inference.prefix_cache import PrefixStore
 from flywheel.tasks.inference.protocol import Sampling, as_text_chat
 
 
@@ -41,6 +43,7 @@ def heldout(dataset: str, n: int) -> list[Task]:
 
 def bench_eval(model: HFChatModel, tasks: list[Task], max_tokens: int) -> tuple[dict, list[str]]:
     backend, greedy = TransformersBackend(None, 16, loaded=model), Sampling(0.0, 1.0, max_tokens)
+    model.store = PrefixStore()  # every measurement starts cold: reuse only within it
     items = [(t, "", 0, rollout_seed(0, t.id, 0)) for t in tasks]
     t0, rows = time.perf_counter(), []
     for start in range(0, len(items), 16):
@@ -58,6 +61,7 @@ def bench_grpo(model: HFChatModel, tasks: list[Task], reuse: bool) -> dict:
         prompt = model.encode([chat])[0]
         options = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64,
                    "pad_token_id": model.tokenizer.pad_token_id, "use_cache": True}
+        model.store = PrefixStore()  # a GRPO step's optimizer update empties the store: each step starts cold
         t0 = time.perf_counter()
         if reuse:
             out = model.generate_ids([prompt] * 8, seed=i, temperature=1.0, top_p=1.0, max_new_tokens=64)
@@ -88,6 +92,7 @@ class TeacherForced:
 
 def bench_agent(model: HFChatModel, tasks: list[Task]) -> dict:
     times = []
+    model.store = PrefixStore()
     for task in tasks:
         policy = TeacherForced(model, task)
         episode = run_episode(policy, LocalEnv(), task, max_steps=5)
@@ -105,11 +110,14 @@ def main() -> None:
         model = HFChatModel(None, prefix_cache=reuse)  # a fresh model (and empty prefix store) per path
         model.generate([[{"role": "user", "content": "hi"}]], 0, 0.0, 1.0, 4)  # warm-up
         ev, texts = bench_eval(model, tasks, t)
-        results[label] = {"eval": ev, "grpo": bench_grpo(model, tasks[:s], reuse), "agent": bench_agent(model, work),
-                          "texts": texts}
+        prompt_only, _ = bench_eval(model, tasks, 1)  # the prefill alone: one new token per rollout
+        results[label] = {"eval": ev, "eval_prompt_only": prompt_only, "grpo": bench_grpo(model, tasks[:s], reuse),
+                          "agent": bench_agent(model, work), "texts": texts}
     same = results["old"].pop("texts") == results["new"].pop("texts")
     speedup = {"eval_rollouts_per_s": round(results["new"]["eval"]["rollouts_per_s"]
                                             / results["old"]["eval"]["rollouts_per_s"], 2),
+               "eval_prompt_only_rollouts_per_s": round(results["new"]["eval_prompt_only"]["rollouts_per_s"]
+                                                        / results["old"]["eval_prompt_only"]["rollouts_per_s"], 2),
                "grpo_step_generation": round(results["old"]["grpo"]["step_generation_s"]
                                              / results["new"]["grpo"]["step_generation_s"], 2),
                "agent_episode_generation": round(results["old"]["agent"]["episode_generation_s"]

@@ -1,7 +1,7 @@
 """GRPO rollouts through the project's generation path, as TRL's ``rollout_func``.
 
 Why not TRL's own transformers path: it left-pads the G copies of each prompt and prefills every copy (G times the
-prompt's compute, and prefill is most of a step on CPU); its generation config cannot share a prefix, and its vLLM
+prompt's compute); its generation config cannot share a prefix, and its vLLM
 modes need a vLLM that runs beside the trainer (on this CPU vLLM is slower than transformers, see README).
 
 Contract: ``make_rollout(tokenizer, seed, prefix_cache)`` returns ``rollout(prompts, trainer)``: the prompts are
