@@ -10,7 +10,9 @@ Contract:
   step's completions, and every ``eval_interval`` steps (and at the last) the held-out reward, success,
   invalid-output and unsafe-action rates of the model being trained (``eval_limit`` held-out tasks, one sample
   each, the rollout seeds ``flywheel eval`` uses).
-- Single-turn envs only (the spec's ``multi_turn``): multi-turn episodes (workplace) are refused with a message.
+- Multi-turn envs (workplace): SFT on the gold episodes (``episodes.py``: the reference calls replayed in a fresh
+  session and rendered as the agent loop renders them, the loss on the assistant turns only); held-out checks run
+  agent episodes. GRPO on multi-turn episodes is refused with a message.
 - CUDA and bf16 when a GPU is present; the same code runs on CPU.
 """
 
@@ -35,6 +37,8 @@ from flywheel.tasks.files import write_text_atomic
 from flywheel.tasks.inference.policy import as_text_chat
 from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 from flywheel.verifiers.envs import env_names, get_env
+
+AGENT_STEPS = 6  # held-out agent episodes stop here, as `flywheel eval --max-steps` does by default
 
 
 def single_turn_envs() -> tuple[str, ...]:
@@ -95,9 +99,9 @@ class TrainConfig(BaseModel):
         from flywheel.tasks.data.publish import read_manifest
 
         env = read_manifest(Path(self.dataset)).env
-        if env not in single_turn_envs():
-            raise ValueError(f"--dataset {self.dataset} is a {env} dataset: training on multi-turn {env} episodes is "
-                             f"not supported yet; train on a single-turn env ({', '.join(single_turn_envs())})")
+        if env not in single_turn_envs() and self.method == "grpo":
+            raise ValueError(f"--dataset {self.dataset} is a {env} dataset: GRPO on multi-turn {env} episodes is not "
+                             f"supported yet; use --method sft or a single-turn env ({', '.join(single_turn_envs())})")
         if self.skip_tasks and not Path(self.skip_tasks).is_file():
             raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
                              "`flywheel eval --split train`")
@@ -140,9 +144,9 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
         raise ValueError(f"no {split} tasks left to train on (check --skip-tasks and --limit)")
     tasks = [Task.model_validate_json(t) for t in frame["task"]]
     multi = sorted({t.env for t in tasks if get_env(t.env).multi_turn})
-    if multi:
-        raise ValueError(f"training on multi-turn {', '.join(multi)} episodes is not supported yet: train on a "
-                         f"single-turn env ({', '.join(single_turn_envs())})")
+    if multi and config.method == "grpo":
+        raise ValueError(f"GRPO on multi-turn {', '.join(multi)} episodes is not supported yet: use --method sft, "
+                         f"or a single-turn env ({', '.join(single_turn_envs())})")
     return tasks
 
 
@@ -194,8 +198,12 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
     if config.method == "sft":
         from trl import SFTConfig, SFTTrainer
 
+        from flywheel.tasks.training.episodes import sft_row
+
         args = SFTConfig(per_device_train_batch_size=config.batch_size, completion_only_loss=True, **common)
-        return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(sft_rows(tasks)),
+        # multi-turn: pre-tokenized episodes whose assistant_masks TRL turns into the labels
+        rows = [sft_row(tokenizer, t) for t in tasks] if get_env(tasks[0].env).multi_turn else sft_rows(tasks)
+        return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
     from trl import GRPOConfig, GRPOTrainer
 
@@ -244,7 +252,8 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
 
     def probe(m: Any) -> dict[str, float]:
         return heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length,
-                               config.success_threshold, prefix_cache=config.prefix_cache)
+                               config.success_threshold, prefix_cache=config.prefix_cache,
+                               max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1)
 
     log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, reward if config.method == "grpo" else None,
                    notify)

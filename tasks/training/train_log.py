@@ -56,7 +56,8 @@ class VerifierReward:
 
 
 def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, max_tokens: int,
-                    threshold: float, temperature: float = 0.7, prefix_cache: bool = True) -> dict[str, float]:
+                    threshold: float, temperature: float = 0.7, prefix_cache: bool = True,
+                    max_steps: int = 1) -> dict[str, float]:
     import polars as pl
 
     from flywheel.tasks.evaluation.rollouts import rollout_seed, run_batch
@@ -69,7 +70,8 @@ def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, ma
         backend = TransformersBackend(None, batch_size=8, loaded=HFChatModel.wrap(model, tokenizer, Path("training"),
                                                                                    prefix_cache=prefix_cache))
         items = [(t, "", 0, rollout_seed(seed, t.id, 0)) for t in tasks]
-        rows = pl.DataFrame(run_batch(backend, items, Sampling(temperature, 0.95, max_tokens), threshold, 1))
+        rows = pl.DataFrame(run_batch(backend, items, Sampling(temperature, 0.95, max_tokens), threshold,
+                                          max_steps))
     finally:
         model.train(was_training)
 

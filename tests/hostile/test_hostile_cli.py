@@ -234,8 +234,8 @@ def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
     pl.DataFrame({"task_id": pl.read_parquet(tool / "train.parquet")["id"], "mark": "never"}).write_parquet(every)
     out = str(tmp_path / "o")
     cases = [(["train", "--dataset", str(workplace), "--out", out],
-              f"error: --dataset {workplace} is a workplace dataset: training on multi-turn workplace episodes is not "
-              f"supported yet; train on a single-turn env ({', '.join(single_turn_envs())})"),
+              f"error: --dataset {workplace} is a workplace dataset: GRPO on multi-turn workplace episodes is not "
+              f"supported yet; use --method sft or a single-turn env ({', '.join(single_turn_envs())})"),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(garbage)],
               f"error: --skip-tasks {garbage} is not a per_task.parquet with task_id and mark columns ("),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(every)],

@@ -1,0 +1,93 @@
+"""Multi-turn SFT on workplace gold episodes (tasks/training/episodes.py): the rows, their loss mask, the check that
+a gold trajectory still scores 1.0, and `flywheel train --method sft` on a workplace dataset with the real model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from flywheel.flows.cli import app
+from flywheel.schemas import Task
+from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
+from flywheel.tasks.training.episodes import DONE, gold_episode, sft_row
+
+
+def _tasks(n: int) -> list[Task]:
+    seeds_path, tools_path = env_paths("workplace")
+    tools = load_tools(tools_path)
+    rows, _ = generate_candidates(range(n), load_seeds(seeds_path, tools), tools, 5)
+    return [Task.model_validate_json(r["task"]) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from flywheel.tasks.inference.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(str(resolve_model(None)))
+
+
+def test_the_loss_mask_covers_the_assistant_turns_and_nothing_else(tokenizer) -> None:
+    for task in _tasks(6):
+        row = sft_row(tokenizer, task)
+        ids, mask = row["input_ids"], row["assistant_masks"]
+        assert len(ids) == len(mask) and set(mask) == {0, 1}
+        calls = [json.dumps({"tool": c.tool, "args": c.args}) for c in task.reference.calls]
+        turns = [c + "<|im_end|>" for c in calls] + [DONE + "<|im_end|>"]
+        # the masked tokens, run by run, are exactly the assistant turns: the calls, the answer, their end tokens
+        runs, current = [], []
+        for token, bit in zip(ids, mask):
+            if bit:
+                current.append(token)
+            elif current:
+                runs.append(current)
+                current = []
+        assert [tokenizer.decode(r) for r in runs + ([current] if current else [])] == turns
+        # and every token outside them is prompt, observation or template: no assistant text unmasked
+        unmasked = tokenizer.decode([t for t, bit in zip(ids, mask) if not bit])
+        assert unmasked.count("Result of ") == len(calls) and not any(c in unmasked for c in calls)
+        assert unmasked.startswith("<|im_start|>system\n") and task.messages[-1].content in unmasked
+        # rendered exactly as the agent loop renders the episode (the chat template over as_text_chat)
+        episode = gold_episode(task)
+        assert episode.verdict.reward == 1.0 and episode.stop_reason == "answer"
+
+
+def test_a_gold_trajectory_that_no_longer_scores_fails_naming_the_task(tokenizer) -> None:
+    task = _tasks(1)[0]
+    stale = task.model_copy(update={"reference": task.reference.model_copy(
+        update={"calls": task.reference.calls[:-1]})})  # the last gold call lost: the final state is not reached
+    with pytest.raises(ValueError, match=f"workplace task {stale.id}: its gold trajectory .* not 1.0"):
+        sft_row(tokenizer, stale)
+
+
+@pytest.mark.slow
+def test_sft_on_workplace_episodes_through_the_cli(prefect_api, tmp_path, tokenizer) -> None:
+    from flywheel.flows.config import GenerateConfig
+    from flywheel.flows.generate import run_generate
+
+    dataset = run_generate(GenerateConfig(env="workplace", out=str(tmp_path / "ds"), n=16, seed=4))["version_dir"]
+    out = tmp_path / "sft"
+    result = CliRunner().invoke(app, ["train", "--dataset", dataset, "--out", str(out), "--method", "sft",
+                                      "--max-steps", "1", "--batch-size", "2", "--limit", "2", "--eval-limit", "1",
+                                      "--eval-interval", "1", "--max-completion-length", "16"])
+    assert result.exit_code == 0, result.output
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert step["step"] == 1 and step["loss"] > 0 and "heldout_success" in step  # held-out agent episodes ran
+    # TRL builds the labels from the mask: -100 on the prompt and the observations, the token elsewhere
+    from flywheel.tasks.inference.models import load_causal_lm, resolve_model
+    from flywheel.tasks.training.train import TrainConfig, _trainer, load_tasks
+
+    config = TrainConfig(dataset=dataset, out=str(tmp_path / "labels"), method="sft", limit=2)
+    model, _ = load_causal_lm(resolve_model(None))
+    tasks = load_tasks(config, "train")
+    trainer = _trainer(config, model, tokenizer, tasks, {"output_dir": str(tmp_path / "c"), "use_cpu": True,
+                                                         "report_to": []}, [], None)
+    for row, task in zip(trainer.train_dataset, tasks):
+        expected = sft_row(tokenizer, task)
+        assert row["input_ids"] == expected["input_ids"]
+        assert row["labels"] == [t if m else -100 for t, m in zip(expected["input_ids"], expected["assistant_masks"])]
