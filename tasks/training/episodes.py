@@ -59,3 +59,125 @@ def sft_row(tokenizer: Any, task: Task) -> dict[str, list[int]]:
         ids += piece
         mask += [k % 2] * len(piece)
     return {"input_ids": ids, "assistant_masks": mask}
+
+
+# multi-turn GRPO: one completion is one whole episode
+
+EPISODE_TOKENS = 1024  # an episode's completion (replies and observations) stops growing here
+
+
+def agent_prompt(task: Task) -> list[dict[str, str]]:
+    """The first step's prompt, as the agent loop renders it."""
+    return as_text_chat([m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task), agent=True)
+
+
+def _observation_ids(tokenizer: Any, chat: list[dict[str, str]], n_before: int) -> list[int]:
+    """The tokens between the end of the last assistant turn (its end token) and the next assistant turn: the tool
+    results as the chat template renders them, then the next generation prompt."""
+    full = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    upto = tokenizer.apply_chat_template(chat[:n_before], tokenize=False).rstrip("\n")
+    return tokenizer(full[len(upto):], add_special_tokens=False)["input_ids"]
+
+
+def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p: float, max_new_tokens: int,
+                  max_steps: int) -> dict[str, Any]:
+    """One episode at the token level in a fresh in-process session: each step's context is the previous context
+    plus what the policy generated plus the observation tokens, so the trained log-probs are those sampled.
+    Returns prompt_ids, completion_ids, env_mask (1: generated, 0: observation) and the episode's record."""
+    from flywheel.tasks.inference.protocol import batch_seed, call_arguments, parse_action
+
+    env = LocalEnv()
+    session = env.seed(task)
+    messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in task.messages]
+    tools = openai_tools(task)
+    prompt_ids = policy.encode([as_text_chat(messages, tools, agent=True)])[0]
+    completion: list[int] = []
+    mask: list[int] = []
+    steps = calls_made = tool_errors = 0
+    stop = "max_steps"
+    while steps < max_steps:
+        steps += 1
+        budget = min(max_new_tokens, EPISODE_TOKENS - len(completion))
+        new = policy.generate_ids([prompt_ids + completion], batch_seed([seed, steps]), temperature, top_p, budget)[0]
+        completion += new
+        mask += [1] * len(new)
+        calls = parse_action(policy.tokenizer.decode(new, skip_special_tokens=True))
+        if not calls:
+            stop = "answer"
+            break
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        n_before = len(as_text_chat(messages, tools, agent=True))
+        for call in calls:
+            name = call.get("function", {}).get("name", "")
+            observation = env.call(session, name, call_arguments(call))
+            calls_made += 1
+            tool_errors += "error" in observation
+            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
+                             "content": json.dumps(observation)})
+        obs = _observation_ids(policy.tokenizer, as_text_chat(messages, tools, agent=True), n_before)
+        if new[-1:] != [policy.tokenizer.eos_token_id] or len(completion) + len(obs) >= EPISODE_TOKENS:
+            stop = "max_tokens"  # the reply was cut, or no room for the observation and another reply
+            break
+        completion += obs
+        mask += [0] * len(obs)
+    verdict = env.verify(session)
+    record = {"reward": verdict.reward if verdict.valid else None, "valid": verdict.valid, "steps": steps,
+              "calls": calls_made, "tool_errors": tool_errors, "answered": stop == "answer",
+              "unsafe": bool(verdict.components.get("unsafe_calls", 0))}
+    return {"prompt_ids": prompt_ids, "completion_ids": completion, "env_mask": mask, "episode": record}
+
+
+def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int,
+                         prefix_cache: bool = True) -> Any:
+    """TRL's ``rollout_func`` for multi-turn GRPO: each of the G copies of a prompt is its own episode in its own
+    session (``token_episode``); the prompt names its task (TRL passes prompts only)."""
+    from pathlib import Path
+
+    from flywheel.tasks.inference.hf import HFChatModel
+    from flywheel.tasks.inference.protocol import batch_seed
+
+    by_prompt = {json.dumps(agent_prompt(t)): t for t in tasks}
+    calls: dict[int, int] = {}
+    wrapped: dict[int, HFChatModel] = {}
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if id(model) not in wrapped:
+            wrapped.clear()
+            wrapped[id(model)] = HFChatModel.wrap(model, tokenizer, Path("training"), prefix_cache=prefix_cache)
+        policy, step = wrapped[id(model)], trainer.state.global_step
+        calls[step] = calls.get(step, -1) + 1
+        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "episode": []}
+        for i, prompt in enumerate(prompts):
+            episode = token_episode(policy, by_prompt[json.dumps(prompt)], batch_seed([seed, step, calls[step], i]),
+                                    trainer.temperature, trainer.top_p, trainer.max_completion_length, max_steps)
+            for key in out:
+                out[key].append(episode[key])
+        return out | {"logprobs": None}
+
+    return rollout
+
+
+class EpisodeReward:
+    """The reward of each episode (its session's verdict; None when the verifier could not judge it), in TRL's
+    reward-function form, and per-step counts for the log: episode length, tool-error rate, unsafe and answer rates."""
+
+    __name__ = "workplace_reward"
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def __call__(self, completions: list[Any], episode: list[dict[str, Any]], **_: Any) -> list[float | None]:
+        self.records += episode
+        return [e["reward"] for e in episode]
+
+    def take(self) -> dict[str, float]:
+        rs, self.records = self.records, []
+        if not rs:
+            return {}
+        n, calls = len(rs), sum(r["calls"] for r in rs)
+        return {"train_invalid_rate": sum(not r["valid"] for r in rs) / n,
+                "train_unsafe_rate": sum(r["unsafe"] for r in rs) / n,
+                "episode_steps": sum(r["steps"] for r in rs) / n,
+                "tool_error_rate": sum(r["tool_errors"] for r in rs) / calls if calls else 0.0,
+                "answer_rate": sum(r["answered"] for r in rs) / n}

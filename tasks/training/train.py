@@ -12,7 +12,9 @@ Contract:
   each, the rollout seeds ``flywheel eval`` uses).
 - Multi-turn envs (workplace): SFT on the gold episodes (``episodes.py``: the reference calls replayed in a fresh
   session and rendered as the agent loop renders them, the loss on the assistant turns only); held-out checks run
-  agent episodes. GRPO on multi-turn episodes is refused with a message.
+  agent episodes. GRPO on multi-turn: one completion is one whole episode in its own fresh session (``episodes.py``,
+  TRL's ``rollout_func``), the observation tokens masked out of the loss (``env_mask``), the reward the verifier's
+  verdict on the final state.
 - CUDA and bf16 when a GPU is present; the same code runs on CPU.
 """
 
@@ -98,10 +100,7 @@ class TrainConfig(BaseModel):
                              "pass OUT/NAME/VERSION as printed by `flywheel generate`")
         from flywheel.tasks.data.publish import read_manifest
 
-        env = read_manifest(Path(self.dataset)).env
-        if env not in single_turn_envs() and self.method == "grpo":
-            raise ValueError(f"--dataset {self.dataset} is a {env} dataset: GRPO on multi-turn {env} episodes is not "
-                             f"supported yet; use --method sft or a single-turn env ({', '.join(single_turn_envs())})")
+        read_manifest(Path(self.dataset))  # a missing or broken manifest fails here, in one line
         if self.skip_tasks and not Path(self.skip_tasks).is_file():
             raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
                              "`flywheel eval --split train`")
@@ -125,7 +124,10 @@ def sft_rows(tasks: list[Task]) -> list[dict[str, Any]]:
 
 
 def grpo_rows(tasks: list[Task]) -> list[dict[str, Any]]:
-    return [{"prompt": prompt(t), "task": t.model_dump_json()} for t in tasks]
+    from flywheel.tasks.training.episodes import agent_prompt
+
+    return [{"prompt": agent_prompt(t) if get_env(t.env).multi_turn else prompt(t), "task": t.model_dump_json()}
+            for t in tasks]
 
 
 def load_tasks(config: TrainConfig, split: str) -> list[Task]:
@@ -143,10 +145,6 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
     if frame.height == 0:
         raise ValueError(f"no {split} tasks left to train on (check --skip-tasks and --limit)")
     tasks = [Task.model_validate_json(t) for t in frame["task"]]
-    multi = sorted({t.env for t in tasks if get_env(t.env).multi_turn})
-    if multi and config.method == "grpo":
-        raise ValueError(f"GRPO on multi-turn {', '.join(multi)} episodes is not supported yet: use --method sft, "
-                         f"or a single-turn env ({', '.join(single_turn_envs())})")
     return tasks
 
 
@@ -213,7 +211,12 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
                       importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
                       max_completion_length=config.max_completion_length, temperature=config.temperature, **common)
     rollout = None
-    if config.prefix_cache:  # each prompt prefilled once for its G completions (tasks/training/rollout.py says why)
+    if get_env(tasks[0].env).multi_turn:  # one completion is one whole episode in its own session
+        from flywheel.tasks.training.episodes import make_episode_rollout
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        rollout = make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache)
+    elif config.prefix_cache:  # each prompt prefilled once for its G completions (tasks/training/rollout.py says why)
         from flywheel.tasks.training.rollout import make_rollout
 
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16
@@ -246,7 +249,12 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     tokenizer.padding_side = "left"
     if cuda:
         model = model.to("cuda")
-    reward = VerifierReward(tasks[0].env, config.success_threshold)
+    if get_env(tasks[0].env).multi_turn:
+        from flywheel.tasks.training.episodes import EpisodeReward
+
+        reward: Any = EpisodeReward()  # the verdict of each episode's own session
+    else:
+        reward = VerifierReward(tasks[0].env, config.success_threshold)
     resume = last_checkpoint(out / "checkpoints")
     trim_log(out / "metrics.jsonl", int(resume.rsplit("-", 1)[-1]) if resume else 0)
 

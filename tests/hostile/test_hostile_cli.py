@@ -225,17 +225,15 @@ def test_generate_refuses_huge_counts_and_corrupted_parents_before_any_flow(tmp_
 def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
     """In-process (the training stack is imported once); the first case also through the real entry point, where
     a flow run's failure used to print Prefect's traceback before the message."""
-    from flywheel.tasks.training.train import single_turn_envs
-
     tool, workplace = _tiny_dataset(tmp_path / "ds", "tool_call"), _tiny_dataset(tmp_path / "ds", "workplace")
     garbage = tmp_path / "per_task.parquet"
     garbage.write_bytes(b"PAR1" + os.urandom(100))
     every = tmp_path / "every.parquet"
     pl.DataFrame({"task_id": pl.read_parquet(tool / "train.parquet")["id"], "mark": "never"}).write_parquet(every)
     out = str(tmp_path / "o")
-    cases = [(["train", "--dataset", str(workplace), "--out", out],
-              f"error: --dataset {workplace} is a workplace dataset: GRPO on multi-turn workplace episodes is not "
-              f"supported yet; use --method sft or a single-turn env ({', '.join(single_turn_envs())})"),
+    cases = [(["train", "--dataset", str(workplace), "--out", out, "--batch-size", "3", "--num-generations", "2"],
+              "error: GRPO needs --batch-size (completions per step, 3) to be a multiple of --num-generations (2): "
+              "each prompt gets num_generations completions"),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(garbage)],
               f"error: --skip-tasks {garbage} is not a per_task.parquet with task_id and mark columns ("),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(every)],

@@ -91,3 +91,58 @@ def test_sft_on_workplace_episodes_through_the_cli(prefect_api, tmp_path, tokeni
         expected = sft_row(tokenizer, task)
         assert row["input_ids"] == expected["input_ids"]
         assert row["labels"] == [t if m else -100 for t, m in zip(expected["input_ids"], expected["assistant_masks"])]
+
+
+class Scripted:
+    """The model's place in ``token_episode`` (encode, generate_ids, tokenizer) answering scripted replies, so the
+    test decides what each episode does; the sessions, environment and verifier are the real ones."""
+
+    def __init__(self, tokenizer, replies: list[str]) -> None:
+        self.tokenizer, self.replies = tokenizer, list(replies)
+
+    def encode(self, conversations):
+        return [self.tokenizer.apply_chat_template(list(c), tokenize=True, add_generation_prompt=True)["input_ids"]
+                for c in conversations]
+
+    def generate_ids(self, prompts, seed, temperature, top_p, max_new_tokens):
+        text = self.replies.pop(0) if self.replies else DONE
+        return [self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]]
+
+
+def test_the_g_episodes_of_a_prompt_never_share_a_session(tokenizer) -> None:
+    """Episode A does the gold calls, episode B of the same task answers at once: B is scored on its own (untouched)
+    session, so its reward is not A's, in either order; A's observations are masked out of the loss."""
+    from flywheel.tasks.training.episodes import token_episode
+
+    task = next(t for t in _tasks(8) if len(t.reference.calls) >= 2)
+    gold = [json.dumps({"tool": c.tool, "args": c.args}) for c in task.reference.calls]
+    run = [token_episode(Scripted(tokenizer, gold if who == "A" else []), task, 0, 1.0, 1.0, 64, 6)
+           for who in ("A", "B", "A")]
+    a, b, a_again = (r["episode"] for r in run)
+    assert a["reward"] == 1.0 and a_again["reward"] == 1.0 and a["calls"] == len(gold)
+    assert b["calls"] == 0 and b["reward"] is not None and b["reward"] < 1.0  # untouched by A's calls
+    ids, mask = run[0]["completion_ids"], run[0]["env_mask"]
+    assert len(ids) == len(mask)
+    generated = tokenizer.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=True)
+    observed = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+    assert generated == "".join(gold) + DONE
+    assert observed.count("Result of ") == len(gold) and not any(g in observed for g in gold)
+
+
+@pytest.mark.slow
+def test_grpo_on_workplace_episodes_through_the_cli(prefect_api, tmp_path) -> None:
+    from flywheel.flows.config import GenerateConfig
+    from flywheel.flows.generate import run_generate
+
+    dataset = run_generate(GenerateConfig(env="workplace", out=str(tmp_path / "ds"), n=16, seed=5))["version_dir"]
+    out = tmp_path / "grpo"
+    result = CliRunner().invoke(app, ["train", "--dataset", dataset, "--out", str(out), "--method", "grpo",
+                                      "--max-steps", "1", "--batch-size", "2", "--num-generations", "2",
+                                      "--limit", "1", "--eval-limit", "1", "--eval-interval", "1",
+                                      "--max-completion-length", "16"])
+    assert result.exit_code == 0, result.output
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    # the rewards and counts come from the two episodes' sessions
+    assert "rewards/workplace_reward/mean" in step and step["episode_steps"] >= 1
+    assert {"tool_error_rate", "answer_rate", "train_unsafe_rate", "heldout_success"} <= set(step)
