@@ -146,3 +146,29 @@ def test_grpo_on_workplace_episodes_through_the_cli(prefect_api, tmp_path) -> No
     # the rewards and counts come from the two episodes' sessions
     assert "rewards/workplace_reward/mean" in step and step["episode_steps"] >= 1
     assert {"tool_error_rate", "answer_rate", "train_unsafe_rate", "heldout_success"} <= set(step)
+
+
+def test_hostile_replies_in_an_episode_are_observations_or_the_end_never_a_crash(tokenizer) -> None:
+    """What the policy writes is untrusted: an unknown tool, arguments that are not an object and a path-like name
+    come back as error observations (masked out of the loss, counted as tool errors); a reply cut before its end
+    token ends the episode; prose ends it as an answer. The reward is the untouched session's verdict."""
+    from flywheel.tasks.training.episodes import token_episode
+
+    task = _tasks(1)[0]
+    hostile = ['{"tool": "no_such_tool", "args": {}}', '{"tool": "../verify", "args": {}}',
+               json.dumps({"tool": task.reference.calls[0].tool, "args": ["not", "an", "object"]}), "I am done."]
+    episode = token_episode(Scripted(tokenizer, hostile), task, 0, 1.0, 1.0, 64, 6)
+    record = episode["episode"]
+    assert record["calls"] == 3 and record["tool_errors"] == 3 and record["answered"] and record["steps"] == 4
+    assert record["reward"] is not None and record["reward"] < 1.0
+    observed = tokenizer.decode([t for t, m in zip(episode["completion_ids"], episode["env_mask"]) if not m])
+    assert observed.count('"error"') == 3
+
+    class Cut(Scripted):  # a reply that hits the token limit mid-call: no end token
+        def generate_ids(self, prompts, seed, temperature, top_p, max_new_tokens):
+            return [self.tokenizer(self.replies.pop(0), add_special_tokens=False)["input_ids"]]
+
+    cut = token_episode(Cut(tokenizer, [json.dumps({"tool": task.reference.calls[0].tool,
+                                                    "args": task.reference.calls[0].args})]), task, 0, 1.0, 1.0, 64, 6)
+    assert cut["episode"]["steps"] == 1 and not cut["episode"]["answered"] and cut["env_mask"] == [1] * len(
+        cut["completion_ids"])  # no observation appended after a cut reply
