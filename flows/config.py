@@ -138,6 +138,8 @@ class RunConfig(BaseModel):
                      "eval-baseline/, sft/, grpo/, registry/, summary.md, summary.json.")
     seed: int = Field(default=0, ge=0, le=MAX_SEED,
                       description="Run seed: dataset rows, rollouts and training derive from it.")
+    env: str = Field(default="tool_call", description="The env of the dataset, the evals and the training "
+                     "(workplace: multi-step agent episodes).")
     n: int = Field(default=300, ge=20, le=MAX_ROWS, description="Dataset rows (train + held-out).")
     workers: int = Field(default=2, ge=1, le=64)
     eval_limit: int = Field(default=48, ge=4, le=MAX_ROWS,
@@ -159,6 +161,14 @@ class RunConfig(BaseModel):
                                  "work pool (needs PREFECT_API_URL of a deploy/start.sh server).")
     dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages.")
     prefix_cache: bool = Field(default=True, description=PREFIX_CACHE_HELP)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        from flywheel.verifiers.envs import env_names  # discovers the env folders without importing them
+
+        if self.env not in env_names():
+            raise ValueError(f"--env {self.env!r} is not an env; choose one of {', '.join(env_names())}")
+        return self
 
 
 def field_default(model: type[BaseModel], name: str) -> Any:

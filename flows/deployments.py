@@ -40,11 +40,11 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 
 
 @flow(name="flywheel-run", persist_result=True)
-def pipeline_entry(out: str, seed: int = 0, n: int = 300, eval_limit: int = 48, sft_steps: int = 60,
-                   grpo_steps: int = 4, num_generations: int = 8, max_tokens: int = 64,
+def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", n: int = 300, eval_limit: int = 48,
+                   sft_steps: int = 60, grpo_steps: int = 4, num_generations: int = 8, max_tokens: int = 64,
                    train_limit: int | None = None, gpu_pool: str | None = None,
                    dask_address: str | None = None) -> RunSummary:
-    config = RunConfig(out=out, seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps, grpo_steps=grpo_steps,
-                       num_generations=num_generations, max_tokens=max_tokens, train_limit=train_limit,
-                       gpu_pool=gpu_pool, dask_address=dask_address)
+    config = RunConfig(out=out, seed=seed, env=env, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
+                       grpo_steps=grpo_steps, num_generations=num_generations, max_tokens=max_tokens,
+                       train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address)
     return run_pipeline.fn(config)

@@ -95,7 +95,7 @@ def _new_rows(scored: list[dict[str, Any]], heldout: pl.DataFrame, train: pl.Dat
 def rescore_all(config: IngestConfig, env: str) -> list[dict[str, Any]]:
     trajectories = read_trajectories(Path(config.trajectories))
     catalog = load_tools(env_paths(env)[1])
-    return [rescore(t, catalog) for t in trajectories]
+    return [rescore(t, catalog, env) for t in trajectories]
 
 
 def _markdown(version: str, scored: pl.DataFrame, added: int) -> str:

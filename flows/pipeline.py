@@ -112,7 +112,7 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
 def run_pipeline(config: RunConfig) -> RunSummary:
     t0 = time.perf_counter()
     out = Path(config.out)
-    gen = run_generate(GenerateConfig(env="tool_call", n=config.n, seed=config.seed, out=str(out / "datasets"),
+    gen = run_generate(GenerateConfig(env=config.env, n=config.n, seed=config.seed, out=str(out / "datasets"),
                                       workers=config.workers, dask_address=config.dask_address))
     dataset = gen.version_dir
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
@@ -129,9 +129,9 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     evals["after GRPO"] = _eval_of(stages["grpo"])
     gate = _promote(config, stages["grpo"].version or "", stages["grpo"].eval or "")
     wall = round(time.perf_counter() - t0, 1)
-    text = (f"# flywheel run (seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: the first "
-            f"{config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% bootstrap "
-            f"intervals over tasks.\n\n{table(evals)}\n"
+    text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
+            f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
+            f"bootstrap intervals over tasks.\n\n{table(evals)}\n"
             f"Gate: {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
             f"{gate.version if gate.event else 'unchanged'}\n")

@@ -29,7 +29,8 @@ from flywheel.tasks.release.gate import KEY, GateConfig, GateError, gate, markdo
 from flywheel.tasks.release.registry import Registry
 from flywheel.verifiers.common import one_line
 
-ROLLOUT_COLUMNS = (*KEY, "tool", "success", "valid_output", "unsafe", "latency_s")  # what the gate reads
+ROLLOUT_COLUMNS = (*KEY, "tool", "success", "valid_output", "unsafe", "latency_s", "completion_tokens",
+                   "steps")  # what the gate reads
 
 
 def _why(exc: Exception) -> str:

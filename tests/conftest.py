@@ -56,6 +56,16 @@ def tool_dataset(tmp_path_factory, prefect_api) -> str:
 
 
 @pytest.fixture(scope="session")
+def workplace_dataset(tmp_path_factory, prefect_api) -> str:
+    """One small published workplace version (16 rows) shared by the multi-turn training and ingest tests."""
+    from flywheel.flows.config import GenerateConfig
+    from flywheel.flows.generate import run_generate
+
+    return run_generate(GenerateConfig(env="workplace", out=str(tmp_path_factory.mktemp("wds")), n=16,
+                                       seed=4))["version_dir"]
+
+
+@pytest.fixture(scope="session")
 def catalog():
     seeds_path, tools_path = env_paths("tool_call")
     tools = load_tools(tools_path)

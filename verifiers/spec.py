@@ -19,6 +19,8 @@ Hooks and their signatures:
   gives), ``hidden_slots`` (templates may leave slots unnamed: ids, state, test inputs); :meth:`check_seed`.
 - ``resources_server(**limits) -> ASGI app``: the env as an HTTP resources server (``flywheel serve-env``); None
   when the env has none. ``ingest``: production trajectories of the env can be ingested.
+- ``replay_reference(task) -> Reference``: a multi-turn env's reference completed from its calls and initial state
+  (the golden final state, by replaying the calls in a fresh session); ValueError saying why when it cannot.
 - Paths: ``seeds_path`` (seeds.jsonl), ``tools_path`` (tools.json; None when the env has no catalog),
   ``cases_path`` (golden verifier cases).
 """
@@ -93,8 +95,9 @@ class EnvSpec:
     seed_model: type[SeedTask] = SeedTask
     seed_fields: frozenset[str] = frozenset({"answer"})
     hidden_slots: bool = False
-    ingest: bool = False  # production trajectories of this env can be ingested (one tool call per task)
+    ingest: bool = False  # production trajectories of this env can be ingested
     resources_server: Callable[..., Any] | None = None  # (**limits) -> ASGI app serving the env (serve-env)
+    replay_reference: Callable[[Task], Reference] | None = None  # multi-turn: the golden final state from the calls
 
     def check_seed(self, seed: SeedTask) -> None:
         """Raise ValueError when the seed breaks this env's rules (slots named, exactly ``seed_fields`` given)."""

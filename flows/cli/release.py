@@ -25,7 +25,8 @@ def promote(
     override: str = typer.Option(None, help="Promote although the gate failed; the reason goes into the audit log."),
     unsafe_margin: float = typer.Option(0.0, help="Allowed rise of the unsafe-action rate."),
     invalid_margin: float = typer.Option(0.02, help="Allowed rise of the invalid-output rate."),
-    latency_margin: float = typer.Option(0.25, help="Allowed relative rise of p95 latency."),
+    cost_margin: float = typer.Option(0.25, help="Allowed relative rise of the p95 of completion tokens per model "
+                                                 "call (latency is reported, not gated: it depends on machine load)."),
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
     from flywheel.flows.promote import load_evals, promote_model
@@ -33,7 +34,7 @@ def promote(
     from flywheel.tasks.release.registry import Registry
 
     try:
-        config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, latency_margin=latency_margin)
+        config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, cost_margin=cost_margin)
         Registry(registry).version(version)  # an unknown --version and unusable evals fail before any flow run
         load_evals(str(baseline_eval), str(candidate_eval))
         summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,

@@ -78,6 +78,7 @@ def train(
 def run_(
     out: Path = option(RunConfig, "out"),
     seed: int = option(RunConfig, "seed"),
+    env: str = option(RunConfig, "env"),
     n: int = option(RunConfig, "n", "--n"),
     eval_limit: int = option(RunConfig, "eval_limit"),
     sft_steps: int = option(RunConfig, "sft_steps"),
@@ -93,7 +94,7 @@ def run_(
     from flywheel.flows.pipeline import run_pipeline
 
     try:
-        config = RunConfig(out=str(out), seed=seed, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
+        config = RunConfig(out=str(out), seed=seed, env=env, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
                            grpo_steps=grpo_steps, num_generations=num_generations, max_tokens=max_tokens,
                            train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
                            prefix_cache=prefix_cache)

@@ -9,9 +9,11 @@ Contract:
   nobody intervened, from the agent's own call. Without either there is nothing to score against: bucket
   ``no_reference``. Buckets: ``passed``, a verifier failure class, ``no_reference``, ``unknown_tool``,
   ``invalid_reference`` (the corrected call does not itself score 1.0, e.g. breaks the tool's schema),
-  ``unsupported_env``; ``disagrees`` marks a verifier pass on a failed outcome (a verifier gap to look at).
+  ``unsupported_env``, ``other_env`` (not the dataset's env); ``disagrees`` marks a verifier pass on a failed
+  outcome (a verifier gap to look at).
 - A scored failure becomes a held-out regression Task: the user's request, the env's system prompt (as seeds render
   it), the catalog's tools named in the trajectory, the corrected call as reference.
+- Multi-step envs (workplace): the whole episode is replayed and scored, see ``ingest_episodes.py``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Trajectory(Record):
     outcome: Outcome = Outcome()
     interventions: tuple[Intervention, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
+    state: dict[str, Any] | None = None  # multi-step envs: the environment's state when the episode started
 
 
 class IngestError(ValueError):
@@ -112,14 +115,21 @@ def _tool_names(traj: Trajectory, calls: tuple[ToolCall, ...]) -> list[str]:
     return list(dict.fromkeys([n for n in offered if n] + [c.tool for c in calls]))
 
 
-def rescore(traj: Trajectory, catalog: dict[str, ToolSpec]) -> dict[str, Any]:
-    """One row: trajectory id, bucket, reward, detail and (for failures) the regression Task JSON."""
+def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = None) -> dict[str, Any]:
+    """One row: trajectory id, bucket, reward, detail and (for failures) the regression Task JSON. ``env``: the
+    dataset's env; a trajectory of another env is bucketed ``other_env`` (its tasks cannot join this dataset)."""
     row: dict[str, Any] = {"trajectory": traj.id, "env": traj.env, "bucket": "", "reward": None, "detail": "",
                            "disagrees": False, "task": None, "prompt": ""}
-    user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
-    action = agent_completion(traj)
     if traj.env not in SUPPORTED_ENVS:
         return row | {"bucket": "unsupported_env", "detail": f"ingest supports {SUPPORTED_ENVS}"}
+    if env is not None and traj.env != env:
+        return row | {"bucket": "other_env", "detail": f"a {traj.env} trajectory; this dataset is {env}"}
+    if get_env(traj.env).multi_turn:  # an episode: replayed whole (ingest_episodes.py)
+        from flywheel.tasks.data.ingest_episodes import rescore_episode
+
+        return rescore_episode(traj, catalog, row)
+    user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
+    action = agent_completion(traj)
     try:
         calls = expected_calls(traj)
     except (KeyError, TypeError, json.JSONDecodeError) as exc:

@@ -128,34 +128,27 @@ def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p:
 
 
 def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int,
-                         prefix_cache: bool = True) -> Any:
+                         prefix_cache: bool = True) -> tuple[Any, Any]:
     """TRL's ``rollout_func`` for multi-turn GRPO: each of the G copies of a prompt is its own episode in its own
-    session (``token_episode``); the prompt names its task (TRL passes prompts only)."""
-    from pathlib import Path
-
-    from flywheel.tasks.inference.hf import HFChatModel
+    session (``token_episode``); the prompt names its task (TRL passes prompts only). Also returns the
+    ``Rollouts`` state (its ``take()`` gives the step's rollout seconds: generation and environment)."""
     from flywheel.tasks.inference.protocol import batch_seed
+    from flywheel.tasks.training.rollout import Rollouts
 
     by_prompt = {json.dumps(agent_prompt(t)): t for t in tasks}
-    calls: dict[int, int] = {}
-    wrapped: dict[int, HFChatModel] = {}
+    state = Rollouts(tokenizer, seed, prefix_cache)
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        if id(model) not in wrapped:
-            wrapped.clear()
-            wrapped[id(model)] = HFChatModel.wrap(model, tokenizer, Path("training"), prefix_cache=prefix_cache)
-        policy, step = wrapped[id(model)], trainer.state.global_step
-        calls[step] = calls.get(step, -1) + 1
+        policy, _, path = state.start(trainer)
         out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "episode": []}
         for i, prompt in enumerate(prompts):
-            episode = token_episode(policy, by_prompt[json.dumps(prompt)], batch_seed([seed, step, calls[step], i]),
+            episode = token_episode(policy, by_prompt[json.dumps(prompt)], batch_seed([*path, i]),
                                     trainer.temperature, trainer.top_p, trainer.max_completion_length, max_steps)
             for key in out:
                 out[key].append(episode[key])
         return out | {"logprobs": None}
 
-    return rollout
+    return state.timed(rollout), state
 
 
 class EpisodeReward:

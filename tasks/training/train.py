@@ -180,8 +180,25 @@ def _claim(out: Path, config: TrainConfig) -> None:
     write_text_atomic(saved, json.dumps(mine, indent=2) + "\n")
 
 
+def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task]) -> tuple[Any, Any]:
+    """GRPO's ``rollout_func`` and its ``Rollouts`` state (rollout seconds per step), or (None, None): TRL's own
+    generation (single-turn with --no-prefix-cache)."""
+    if config.method != "grpo":
+        return None, None
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16
+    if get_env(tasks[0].env).multi_turn:  # one completion is one whole episode in its own session
+        from flywheel.tasks.training.episodes import make_episode_rollout
+
+        return make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache)
+    if config.prefix_cache:  # each prompt prefilled once for its G completions (tasks/training/rollout.py says why)
+        from flywheel.tasks.training.rollout import make_rollout
+
+        return make_rollout(tokenizer, config.seed, prefix_cache=True)
+    return None, None
+
+
 def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task], common: dict[str, Any],
-             callbacks: list[Any], reward: VerifierReward) -> Any:
+             callbacks: list[Any], reward: VerifierReward, rollout: Any = None) -> Any:
     from datasets import Dataset
     from peft import LoraConfig, PeftModel
 
@@ -210,17 +227,6 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
                       loss_type="grpo" if gspo else config.loss_type,
                       importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
                       max_completion_length=config.max_completion_length, temperature=config.temperature, **common)
-    rollout = None
-    if get_env(tasks[0].env).multi_turn:  # one completion is one whole episode in its own session
-        from flywheel.tasks.training.episodes import make_episode_rollout
-
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        rollout = make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache)
-    elif config.prefix_cache:  # each prompt prefilled once for its G completions (tasks/training/rollout.py says why)
-        from flywheel.tasks.training.rollout import make_rollout
-
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16
-        rollout = make_rollout(tokenizer, config.seed, prefix_cache=True)
     return GRPOTrainer(model=model, reward_funcs=[reward], args=args,
                        train_dataset=Dataset.from_list(grpo_rows(tasks)),
                        processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks, rollout_func=rollout)
@@ -263,15 +269,16 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
                                config.success_threshold, prefix_cache=config.prefix_cache,
                                max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1)
 
-    log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, reward if config.method == "grpo" else None,
-                   notify)
+    rollout, rollouts = _rollout(config, tokenizer, tasks)
+    counters = [c for c in (reward if config.method == "grpo" else None, rollouts) if c is not None]
+    log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, counters, notify)
     common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps,
               "learning_rate": config.learning_rate,
               "logging_steps": 1, "save_steps": config.save_steps, "save_total_limit": 2, "seed": config.seed,
               "report_to": [], "bf16": cuda, "gradient_checkpointing": False, "use_cpu": not cuda,
               "disable_tqdm": True}
     t0 = time.perf_counter()
-    trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward)
+    trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward, rollout)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; TrainLog writes them as JSON lines
     trainer.train(resume_from_checkpoint=resume)
     adapter = _save_adapter(trainer, out)

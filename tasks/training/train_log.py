@@ -7,7 +7,8 @@ Contract:
 - ``heldout_metrics(model, tokenizer, tasks, ...)`` samples the model being trained on held-out tasks (one sample
   each, ``flywheel eval``'s rollout seeds) and returns reward, success, invalid-output and unsafe-action rates.
 - ``TrainLog`` is a ``transformers.TrainerCallback`` that appends one JSON line per optimizer step to a file:
-  step, step time, the trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
+  step, step time (for GRPO split into ``rollout_s``, generation and environment, and ``update_s``, the rest), the
+  trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
   and at the last step (never with interval 0) the held-out metrics. ``notify`` (e.g. a Prefect logger) gets each
   line too.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,9 @@ def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, ma
 
 class TrainLog(TrainerCallback):
     def __init__(self, path: Path, heldout: Callable[[Any], dict[str, float]], interval: int,
-                 reward: VerifierReward | None = None, notify: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.path, self.heldout, self.interval, self.reward, self.notify = path, heldout, interval, reward, notify
+                 counters: Sequence[Any] = (), notify: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.path, self.heldout, self.interval, self.notify = path, heldout, interval, notify
+        self.counters = list(counters)  # objects whose take() gives the step's counts (rewards, rollout seconds)
         self.row: dict[str, Any] | None = None
         self.t0 = time.perf_counter()
 
@@ -95,8 +97,10 @@ class TrainLog(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         step = state.global_step
         self.row = {"step": step, "step_time_s": round(time.perf_counter() - self.t0, 3)}
-        if self.reward:
-            self.row |= self.reward.take()
+        for counter in self.counters:
+            self.row |= counter.take()
+        if "rollout_s" in self.row:  # the rest of the step: rewards, log-probs, backward, optimizer
+            self.row["update_s"] = round(self.row["step_time_s"] - self.row["rollout_s"], 3)
         if self.interval and (step % self.interval == 0 or step >= state.max_steps):
             t0 = time.perf_counter()
             self.row |= self.heldout(model) | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}

@@ -62,3 +62,32 @@ def test_a_gpu_pool_without_its_deployment_is_a_clear_error(prefect_api) -> None
 
     with pytest.raises(RuntimeError, match="no deployment train-policy/gpu: start the stack with deploy/start.sh"):
         downstream(TRAIN_DEPLOYMENT, "gpu", {})
+
+
+@pytest.mark.slow
+def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
+    """`flywheel run --env workplace`, reduced: a workplace dataset, agent-episode evals of the same rollouts, SFT on
+    gold episodes, GRPO on whole episodes (their counts in the log), the gate on tokens per call, not seconds."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
+           "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
+           "--max-tokens", "16", "--train-limit", "2"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    summary = json.loads((out / "summary.json").read_text())
+    assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
+    assert "# flywheel run (workplace, seed 1" in result.stdout and summary["config"]["env"] == "workplace"
+    assert DatasetManifest.model_validate_json((Path(summary["dataset"]) / "manifest.json").read_text()).env \
+        == "workplace"
+    keys = []
+    for name, ev in summary["evals"].items():
+        rollouts = pl.read_parquet(Path(ev["report"]).parent / "rollouts.parquet")
+        keys.append(rollouts.select("task_id", "sample", "seed").sort("task_id").rows())
+        assert rollouts["steps"].min() >= 1 and rollouts.height == 4, name  # agent episodes
+    assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"] and keys[0] == keys[1] == keys[2]
+    grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
+    reg = Registry(summary["registry"])
+    assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}
+    gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
+    checks = {(c["name"], c["scope"]): c for c in gate["result"]["checks"]}
+    assert checks[("tokens_per_call_p95", "overall")]["gated"] and not checks[("latency_p95_s", "overall")]["gated"]

@@ -10,7 +10,8 @@ import pytest
 from flywheel.tasks.release.gate import GateConfig, GateError, gate
 
 
-def _rollouts(success: np.ndarray, unsafe: np.ndarray | None = None, latency: float = 1.0) -> pl.DataFrame:
+def _rollouts(success: np.ndarray, unsafe: np.ndarray | None = None, latency: float = 1.0,
+              tokens: int = 30) -> pl.DataFrame:
     n = len(success)
     return pl.DataFrame({
         "task_id": [f"t{i // 2:03d}" for i in range(n)], "sample": [i % 2 for i in range(n)],
@@ -18,6 +19,7 @@ def _rollouts(success: np.ndarray, unsafe: np.ndarray | None = None, latency: fl
         "success": success.astype(bool), "valid_output": np.ones(n, bool),
         "unsafe": unsafe.astype(bool) if unsafe is not None else np.zeros(n, bool),
         "latency_s": np.full(n, latency) + np.arange(n) * 1e-3,
+        "completion_tokens": np.full(n, tokens) * (1 + np.arange(n) % 3), "steps": 1 + np.arange(n) % 3,
     })
 
 
@@ -49,8 +51,23 @@ def test_better_but_less_safe_or_slower_is_rejected() -> None:
     unsafe[:8] = True  # all in tool "a": the per-tool rail catches what the overall one also sees
     result = gate(_rollouts(BASE), _rollouts(better, unsafe), GateConfig())
     assert not result.passed and any("unsafe_action_rate (a)" in f for f in result.failures())
-    slow = gate(_rollouts(BASE), _rollouts(better, latency=2.0), GateConfig(latency_margin=0.25))
-    assert not slow.passed and any("latency_p95_s" in f for f in slow.failures())
+    costly = gate(_rollouts(BASE), _rollouts(better, tokens=40), GateConfig(cost_margin=0.25))
+    assert not costly.passed and costly.failures() == [
+        "tokens_per_call_p95 (overall): 30.0 -> 40.0, limit <= baseline x 1.25",
+        "tokens_per_call_p95 (a): 30.0 -> 40.0, limit <= baseline x 1.25",
+        "tokens_per_call_p95 (b): 30.0 -> 40.0, limit <= baseline x 1.25"]
+
+
+def test_latency_is_reported_but_machine_load_cannot_flip_the_gate() -> None:
+    """The same model measured on a loaded machine: twice the seconds, the same tokens. The gate passes and still
+    reports the latency it saw; an episode of more steps with the same tokens per call passes too."""
+    better = BASE | (np.arange(200) % 2 == 0)
+    loaded = gate(_rollouts(BASE), _rollouts(better, latency=2.0), GateConfig())
+    assert loaded.passed
+    row = next(c for c in loaded.checks if c.name == "latency_p95_s" and c.scope == "overall")
+    assert not row.gated and row.candidate > row.baseline + 0.9
+    longer = _rollouts(better).with_columns(pl.col("completion_tokens") * 3, pl.col("steps") * 3)
+    assert gate(_rollouts(BASE), longer, GateConfig()).passed
 
 
 def test_evals_of_different_rollouts_are_refused() -> None:

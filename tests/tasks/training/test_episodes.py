@@ -1,14 +1,18 @@
-"""Multi-turn SFT on workplace gold episodes (tasks/training/episodes.py): the rows, their loss mask, the check that
-a gold trajectory still scores 1.0, and `flywheel train --method sft` on a workplace dataset with the real model."""
+"""Multi-turn training on workplace (tasks/training/episodes.py): SFT rows, their loss mask and the labels TRL builds
+from it, the check that a gold trajectory still scores 1.0, GRPO episodes (isolated sessions, hostile replies), and a
+GRPO run through the CLI killed and resumed. `flywheel run --env workplace` is in tests/flows/test_pipeline.py."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
-from typer.testing import CliRunner
 
-from flywheel.flows.cli import app
 from flywheel.schemas import Task
 from flywheel.tasks.data.generate import generate_candidates
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
@@ -64,25 +68,12 @@ def test_a_gold_trajectory_that_no_longer_scores_fails_naming_the_task(tokenizer
         sft_row(tokenizer, stale)
 
 
-@pytest.mark.slow
-def test_sft_on_workplace_episodes_through_the_cli(prefect_api, tmp_path, tokenizer) -> None:
-    from flywheel.flows.config import GenerateConfig
-    from flywheel.flows.generate import run_generate
-
-    dataset = run_generate(GenerateConfig(env="workplace", out=str(tmp_path / "ds"), n=16, seed=4))["version_dir"]
-    out = tmp_path / "sft"
-    result = CliRunner().invoke(app, ["train", "--dataset", dataset, "--out", str(out), "--method", "sft",
-                                      "--max-steps", "1", "--batch-size", "2", "--limit", "2", "--eval-limit", "1",
-                                      "--eval-interval", "1", "--max-completion-length", "16"])
-    assert result.exit_code == 0, result.output
-    assert (out / "adapter" / "adapter_config.json").is_file()
-    step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
-    assert step["step"] == 1 and step["loss"] > 0 and "heldout_success" in step  # held-out agent episodes ran
-    # TRL builds the labels from the mask: -100 on the prompt and the observations, the token elsewhere
+def test_trl_builds_the_labels_from_the_mask(workplace_dataset, tmp_path, tokenizer) -> None:
+    """The SFT trainer's rows: -100 on the prompt and the observations, the token elsewhere."""
     from flywheel.tasks.inference.models import load_causal_lm, resolve_model
     from flywheel.tasks.training.train import TrainConfig, _trainer, load_tasks
 
-    config = TrainConfig(dataset=dataset, out=str(tmp_path / "labels"), method="sft", limit=2)
+    config = TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "labels"), method="sft", limit=2)
     model, _ = load_causal_lm(resolve_model(None))
     tasks = load_tasks(config, "train")
     trainer = _trainer(config, model, tokenizer, tasks, {"output_dir": str(tmp_path / "c"), "use_cpu": True,
@@ -130,22 +121,33 @@ def test_the_g_episodes_of_a_prompt_never_share_a_session(tokenizer) -> None:
 
 
 @pytest.mark.slow
-def test_grpo_on_workplace_episodes_through_the_cli(prefect_api, tmp_path) -> None:
-    from flywheel.flows.config import GenerateConfig
-    from flywheel.flows.generate import run_generate
-
-    dataset = run_generate(GenerateConfig(env="workplace", out=str(tmp_path / "ds"), n=16, seed=5))["version_dir"]
+def test_a_killed_multi_turn_grpo_run_resumes_from_its_checkpoint(workplace_dataset, tmp_path) -> None:
+    """GRPO on workplace episodes through the CLI, killed (SIGKILL) after its first checkpoint: the rerun resumes
+    from it, every step is logged once, and each step's log holds the episodes' rewards and counts and its time
+    split into rollout (generation + environment) and update."""
     out = tmp_path / "grpo"
-    result = CliRunner().invoke(app, ["train", "--dataset", dataset, "--out", str(out), "--method", "grpo",
-                                      "--max-steps", "1", "--batch-size", "2", "--num-generations", "2",
-                                      "--limit", "1", "--eval-limit", "1", "--eval-interval", "1",
-                                      "--max-completion-length", "16"])
-    assert result.exit_code == 0, result.output
-    assert (out / "adapter" / "adapter_config.json").is_file()
-    step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
-    # the rewards and counts come from the two episodes' sessions
-    assert "rewards/workplace_reward/mean" in step and step["episode_steps"] >= 1
-    assert {"tool_error_rate", "answer_rate", "train_unsafe_rate", "heldout_success"} <= set(step)
+    cmd = [sys.executable, "-m", "flywheel.flows.cli", "train", "--dataset", workplace_dataset, "--out", str(out),
+           "--method", "grpo", "--max-steps", "3", "--save-steps", "1", "--batch-size", "2", "--num-generations",
+           "2", "--limit", "2", "--eval-limit", "1", "--eval-interval", "100", "--max-completion-length", "16"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 400
+    while not (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").is_file() and time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "adapter").exists() and not (out / "train_log.json").exists()
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["resumed_from"].endswith(("checkpoint-1", "checkpoint-2"))
+    assert [r["step"] for r in log["history"]] == [1, 2, 3]  # no step lost or logged twice
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    for step in log["history"]:  # the rewards and counts come from the two episodes' sessions
+        assert "rewards/workplace_reward/mean" in step and step["episode_steps"] >= 1
+        assert {"tool_error_rate", "answer_rate", "train_unsafe_rate"} <= set(step)
+        assert 0 < step["rollout_s"] < step["step_time_s"] and step["update_s"] > 0
+    assert "heldout_success" in log["history"][-1]
 
 
 def test_hostile_replies_in_an_episode_are_observations_or_the_end_never_a_crash(tokenizer) -> None:

@@ -18,6 +18,22 @@ PROMPT = ("You are a workplace assistant with access to the company's mail, cale
           "with a one-line plain-text summary. Never delete or cancel anything you were not asked to.")
 
 
+def replayed(task: Task) -> Reference:
+    """The task's reference with its golden final state: the reference calls replayed in a fresh session from the
+    initial state; ValueError when the state is not a workplace state or a reference call fails."""
+    from flywheel.verifiers.envs.workplace.workplace_sessions import state_problem
+
+    problem = state_problem("state", task.reference.state)
+    if problem:
+        raise ValueError(problem)
+    session = workplace.Session.seeded(task)
+    for call in task.reference.calls:
+        observation = session.call(call.tool, call.args)
+        if "error" in observation:
+            raise ValueError(f"reference call {call.tool} fails: {observation['error']}")
+    return task.reference.model_copy(update={"final_state": session.state})
+
+
 def reference(seed: SeedTask, tools: Mapping[str, ToolSpec], values: dict[str, Any]) -> Reference:
     """The gold calls and initial state, and the golden final state from replaying them; ValueError when a
     reference call fails."""
@@ -25,12 +41,10 @@ def reference(seed: SeedTask, tools: Mapping[str, ToolSpec], values: dict[str, A
     probe = Task(env=seed.env, messages=(Message(role="user", content="-"),),
                  tools=tuple(tools[n] for n in seed.tools),
                  reference=Reference(calls=calls, state=fill(seed.state, values)), meta=TaskMeta(seed_id=seed.id))
-    session = workplace.Session.seeded(probe)
-    for call in calls:
-        observation = session.call(call.tool, call.args)
-        if "error" in observation:
-            raise ValueError(f"seed {seed.id}: reference call {call.tool} fails: {observation['error']}")
-    return probe.reference.model_copy(update={"final_state": session.state})
+    try:
+        return replayed(probe)
+    except ValueError as exc:
+        raise ValueError(f"seed {seed.id}: {exc}") from None
 
 
 def resources_server(**limits: Any) -> Any:
@@ -52,5 +66,5 @@ SPEC = EnvSpec(
     reference_completion=lambda task: json.dumps(workplace.trajectory_from_calls(task.reference.calls)),
     seeds_path=HERE / "seeds.jsonl", tools_path=HERE / "tools.json", cases_path=HERE / "cases.jsonl",
     multi_turn=True, outcome_flags=outcome_flags, resources_server=resources_server,
-    seed_fields=frozenset({"calls", "state"}), hidden_slots=True,
+    seed_fields=frozenset({"calls", "state"}), hidden_slots=True, ingest=True, replay_reference=replayed,
 )
