@@ -150,11 +150,11 @@ class RunConfig(BaseModel):
                                "differences are the model's, not sampling noise")
     sft_steps: int = Field(default=60, ge=1, le=100_000,
                            description="SFT steps (only when the baseline decision is SFT).")
-    sft_batch_size: int = Field(default=4, ge=1, le=4096)
-    sft_learning_rate: float = Field(default=1e-3, gt=0)
+    sft_batch_size: int = Field(default=4, ge=1, le=4096, description="SFT rows per step.")
+    sft_learning_rate: float = Field(default=1e-3, gt=0, le=1.0, description="SFT learning rate.")
     grpo_steps: int = Field(default=4, ge=1, le=100_000, description="GRPO steps.")
     num_generations: int = Field(default=8, ge=2, le=256, description="GRPO completions per prompt.")
-    grpo_learning_rate: float = Field(default=3e-5, gt=0)
+    grpo_learning_rate: float = Field(default=3e-5, gt=0, le=1.0, description="GRPO learning rate.")
     loss_type: str = "dapo"
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
     gpu_pool: str | None = Field(default=None, description="Run training and promotion as deployments on this "

@@ -83,6 +83,9 @@ def run_(
     eval_limit: int = option(RunConfig, "eval_limit"),
     sft_steps: int = option(RunConfig, "sft_steps"),
     grpo_steps: int = option(RunConfig, "grpo_steps"),
+    sft_batch_size: int = option(RunConfig, "sft_batch_size"),
+    sft_learning_rate: float = option(RunConfig, "sft_learning_rate"),
+    grpo_learning_rate: float = option(RunConfig, "grpo_learning_rate"),
     num_generations: int = option(RunConfig, "num_generations"),
     max_tokens: int = option(RunConfig, "max_tokens"),
     train_limit: int = option(RunConfig, "train_limit"),
@@ -95,7 +98,8 @@ def run_(
 
     try:
         config = RunConfig(out=str(out), seed=seed, env=env, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
-                           grpo_steps=grpo_steps, num_generations=num_generations, max_tokens=max_tokens,
+                           grpo_steps=grpo_steps, sft_batch_size=sft_batch_size, sft_learning_rate=sft_learning_rate,
+                           grpo_learning_rate=grpo_learning_rate, num_generations=num_generations, max_tokens=max_tokens,
                            train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
                            prefix_cache=prefix_cache)
         summary = with_progress(lambda: run_pipeline(config))
