@@ -156,6 +156,8 @@ class RunConfig(BaseModel):
     num_generations: int = Field(default=8, ge=2, le=256, description="GRPO completions per prompt.")
     grpo_learning_rate: float = Field(default=3e-5, gt=0, le=1.0, description="GRPO learning rate.")
     loss_type: str = "dapo"
+    refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
+                        "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
     gpu_pool: str | None = Field(default=None, description="Run training and promotion as deployments on this "
                                  "work pool (needs PREFECT_API_URL of a deploy/start.sh server).")

@@ -1,6 +1,6 @@
 """The end-to-end flow ``flywheel-run``: dataset -> baseline eval -> SFT (if the decision says so) -> GRPO ->
-held-out eval -> gate -> promote, on the embedded defaults (temporary Prefect API, Dask LocalCluster, the
-embedded model, CPU, no network).
+held-out eval -> pick (GRPO only if it beats its SFT parent) -> gate -> promote, on the embedded defaults
+(temporary Prefect API, Dask LocalCluster, the embedded model, CPU, no network).
 
 Contract: ``run_pipeline(config)`` runs each stage as the same flow its own command runs (``generate-dataset``,
 ``baseline-eval``, ``train-policy``, ``promote``) as subflows, so the Prefect UI shows one tree. Every eval uses
@@ -29,7 +29,7 @@ from flywheel.flows.results import EvalSummary, PromoteResult, Result, RunSummar
 from flywheel.flows.runtime import link_artifacts
 from flywheel.flows.train import train_policy
 from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.release.gate import GateConfig
+from flywheel.tasks.release.gate import Delta, GateConfig, paired, success_delta
 from flywheel.tasks.training.train import TrainConfig
 
 __all__ = ["RunConfig", "downstream", "run_pipeline", "table"]  # RunConfig lives in flows/config.py
@@ -65,7 +65,7 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         max_steps=config.sft_steps if sft else config.grpo_steps,
                         batch_size=config.sft_batch_size if sft else config.num_generations,
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
-                        num_generations=config.num_generations, loss_type=config.loss_type,
+                        num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
                         max_completion_length=config.max_tokens, eval_interval=0, eval_limit=config.eval_limit,
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
                         prefix_cache=config.prefix_cache)
@@ -74,6 +74,21 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                                                               "registry": str(out / "registry"), "parent": parent},
                           TrainResult)
     return train_policy(train, evaluation, str(out / "registry"), parent)
+
+
+def _pick(config: RunConfig, stages: dict[str, TrainResult]) -> tuple[str, Delta | None, str]:
+    """Which trained stage goes to the gate: GRPO only when the paired test on the same held-out rollouts says it
+    beats its SFT parent (interval above 0); otherwise SFT, which it was meant to improve on."""
+    if "sft" not in stages:
+        return "grpo", None, "GRPO (no SFT stage: the baseline decision was RL)"
+    from flywheel.flows.promote import load_evals
+
+    _, sft, _, grpo = load_evals(stages["sft"].eval or "", stages["grpo"].eval or "")
+    d = success_delta(paired(sft, grpo), GateConfig(seed=config.seed))
+    figures = f"success {d.delta:+.3f}, paired 95% CI [{d.ci_low:+.3f}, {d.ci_high:+.3f}] over {d.n_tasks} tasks"
+    if d.ci_low > 0:
+        return "grpo", d, f"GRPO beats its SFT parent ({figures}): the GRPO version goes to the gate"
+    return "sft", d, f"GRPO is not better than its SFT parent ({figures}): the SFT version goes to the gate"
 
 
 def _promote(config: RunConfig, version: str, candidate_eval: str) -> PromoteResult:
@@ -127,18 +142,21 @@ def run_pipeline(config: RunConfig) -> RunSummary:
         model, parent = stages["sft"].adapter, stages["sft"].version
     stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent)
     evals["after GRPO"] = _eval_of(stages["grpo"])
-    gate = _promote(config, stages["grpo"].version or "", stages["grpo"].eval or "")
+    pick, grpo_vs_sft, why = _pick(config, stages)
+    gate = _promote(config, stages[pick].version or "", stages[pick].eval or "")
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
             f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
             f"bootstrap intervals over tasks.\n\n{table(evals)}\n"
-            f"Gate: {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
+            f"Candidate: {why}.\n\n"
+            f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
             f"{gate.version if gate.event else 'unchanged'}\n")
     summary = RunSummary(dataset=dataset, evals=evals, stages={k: StageSummary(adapter=v.adapter, version=v.version,
                                                                                eval=v.eval, train_s=v.train_s)
                                                                for k, v in stages.items()},
-                         gate=gate, registry=str(out / "registry"), wall_s=wall, config=config)
+                         gate=gate, promoted_stage=pick, pick_reason=why, grpo_vs_sft=grpo_vs_sft,
+                         registry=str(out / "registry"), wall_s=wall, config=config)
     write_text_atomic(out / "summary.md", text)
     write_text_atomic(out / "summary.json", json.dumps(summary.model_dump(), indent=2, default=str) + "\n")
     create_markdown_artifact(key="flywheel-run", markdown=text, description="end-to-end run: before/after")

@@ -73,6 +73,20 @@ def load_evals(baseline_eval: str, candidate_eval: str) -> tuple[EvalReport, pl.
     return base_report, base, cand_report, cand
 
 
+def production_eval(reg: Registry) -> Path:
+    """The eval folder the production version was registered with (its report.json and rollouts.parquet, kept in
+    the registry): a candidate is gated against what is deployed. GateError when there is none to use."""
+    if "production" not in reg.aliases():
+        raise GateError(f"no production version in {reg.root} yet: pass --baseline-eval, an eval of the base model on "
+                        "the candidate's tasks (`flywheel eval --dataset D --out base`)")
+    version = reg.version("production")
+    folder = reg.path(version)
+    if not (folder / "rollouts.parquet").is_file():
+        raise GateError(f"production version {version.id} has no rollouts in the registry (registered without an "
+                        "eval): pass --baseline-eval, an eval of it on the candidate's tasks")
+    return folder
+
+
 @flow(name="promote", persist_result=True)
 def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: str, config: GateConfig,
                   override: str | None = None) -> PromoteResult:

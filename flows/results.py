@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from flywheel.flows.config import RunConfig
 from flywheel.schemas import Metric
 from flywheel.schemas.registry import Event
+from flywheel.tasks.release.gate import Delta
 
 
 class Result(BaseModel):
@@ -133,6 +134,9 @@ class RunSummary(Result):
     evals: dict[str, EvalSummary]
     stages: dict[str, StageSummary]
     gate: PromoteResult
+    promoted_stage: str  # the stage the gate judged: "grpo", or "sft" when GRPO did not beat it
+    pick_reason: str
+    grpo_vs_sft: Delta | None  # GRPO minus SFT held-out success, paired 95% CI (None without an SFT stage)
     registry: str
     wall_s: float
     config: RunConfig

@@ -17,7 +17,9 @@ app.add_typer(registry_app, name="registry")
 
 @app.command()
 def promote(
-    baseline_eval: Path = typer.Option(..., help="`flywheel eval` OUT folder of the baseline."),
+    baseline_eval: Path = typer.Option(None, help="`flywheel eval` OUT folder of the baseline; default: the current "
+                                                  "production version's eval (kept in the registry), so a candidate "
+                                                  "must beat what is deployed."),
     candidate_eval: Path = typer.Option(..., help="`flywheel eval` OUT folder of the candidate "
                                                   "(same tasks and seeds)."),
     version: str = typer.Option("candidate", help="Version id or alias to promote."),
@@ -29,13 +31,16 @@ def promote(
                                                  "call (latency is reported, not gated: it depends on machine load)."),
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
-    from flywheel.flows.promote import load_evals, promote_model
+    from flywheel.flows.promote import load_evals, production_eval, promote_model
     from flywheel.tasks.release.gate import GateConfig
     from flywheel.tasks.release.registry import Registry
 
     try:
         config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, cost_margin=cost_margin)
-        Registry(registry).version(version)  # an unknown --version and unusable evals fail before any flow run
+        reg = Registry(registry)
+        reg.version(version)  # an unknown --version and unusable evals fail before any flow run
+        if baseline_eval is None:
+            baseline_eval = production_eval(reg)
         load_evals(str(baseline_eval), str(candidate_eval))
         summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
                                                 override))

@@ -29,6 +29,8 @@ def train(
     num_generations: int = typer.Option(8, help="GRPO: completions per prompt."),
     loss_type: str = typer.Option("dapo", help="GRPO loss: grpo | dapo | dr_grpo | gspo (sequence-level IS)."),
     beta: float = typer.Option(0.0, help="GRPO: KL coefficient."),
+    refill: int = typer.Option(2, help="GRPO online filtering: a group whose G rewards are all equal carries no "
+                                       "signal and is replaced by a fresh task's group, up to N times (0: kept)."),
     max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
     eval_interval: int = typer.Option(10, help="Held-out reward and success every N steps."),
     eval_limit: int = typer.Option(32, help="Held-out tasks in the periodic checks and the final eval."),
@@ -49,7 +51,7 @@ def train(
         config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
                              skip_tasks=str(skip_tasks) if skip_tasks else None, max_steps=max_steps,
                              batch_size=batch_size, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2 * lora_r,
-                             num_generations=num_generations, loss_type=loss_type, beta=beta,
+                             num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
         resolve_model(model)  # a bad --model fails before any flow run starts
@@ -87,6 +89,7 @@ def run_(
     sft_learning_rate: float = option(RunConfig, "sft_learning_rate"),
     grpo_learning_rate: float = option(RunConfig, "grpo_learning_rate"),
     num_generations: int = option(RunConfig, "num_generations"),
+    refill: int = option(RunConfig, "refill"),
     max_tokens: int = option(RunConfig, "max_tokens"),
     train_limit: int = option(RunConfig, "train_limit"),
     gpu_pool: str = option(RunConfig, "gpu_pool"),
@@ -99,9 +102,9 @@ def run_(
     try:
         config = RunConfig(out=str(out), seed=seed, env=env, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
                            grpo_steps=grpo_steps, sft_batch_size=sft_batch_size, sft_learning_rate=sft_learning_rate,
-                           grpo_learning_rate=grpo_learning_rate, num_generations=num_generations, max_tokens=max_tokens,
-                           train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
-                           prefix_cache=prefix_cache)
+                           grpo_learning_rate=grpo_learning_rate, num_generations=num_generations, refill=refill,
+                           max_tokens=max_tokens, train_limit=train_limit, gpu_pool=gpu_pool,
+                           dask_address=dask_address, prefix_cache=prefix_cache)
         summary = with_progress(lambda: run_pipeline(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))

@@ -98,8 +98,17 @@ def _guards(frame: pl.DataFrame, scope: str, cfg: GateConfig) -> list[Check]:
     return checks
 
 
-def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig) -> GateResult:
-    frame = paired(baseline, candidate)
+class Delta(BaseModel):
+    """Candidate minus baseline held-out success, with its paired bootstrap 95% interval over tasks."""
+
+    delta: float
+    ci_low: float
+    ci_high: float
+    n_tasks: int
+
+
+def success_delta(frame: pl.DataFrame, cfg: GateConfig) -> Delta:
+    """The paired test on ``paired(...)`` rows: per-task success rates, tasks resampled with both sides together."""
     per_task = (frame.group_by("task_id", maintain_order=True)
                 .agg(pl.col("success").cast(pl.Float64).mean().alias("b"),
                      pl.col("success_cand").cast(pl.Float64).mean().alias("c")).drop_nulls())
@@ -109,6 +118,13 @@ def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig) -> Ga
     rng = np.random.default_rng(cfg.seed)
     draws = diff[rng.integers(0, len(diff), size=(cfg.bootstrap, len(diff)))].mean(axis=1)
     lo, hi = (float(x) for x in np.percentile(draws, [2.5, 97.5]))
+    return Delta(delta=float(diff.mean()), ci_low=lo, ci_high=hi, n_tasks=len(diff))
+
+
+def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig) -> GateResult:
+    frame = paired(baseline, candidate)
+    d = success_delta(frame, cfg)
+    lo, hi = d.ci_low, d.ci_high
     improve = Check(name="success_rate_delta", scope="overall", baseline=_rate(frame, "success"),
                     candidate=_rate(frame, "success_cand"), limit="paired 95% CI of the difference above 0",
                     passed=lo > 0)
@@ -117,8 +133,8 @@ def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig) -> Ga
         part = frame.filter(pl.col("tool") == tool)
         if part.height >= cfg.min_tool_rollouts:
             checks += _guards(part, tool, cfg)
-    return GateResult(passed=all(c.passed for c in checks if c.gated), success_delta=float(diff.mean()),
-                      success_ci=(lo, hi), n_tasks=len(diff), checks=checks)
+    return GateResult(passed=all(c.passed for c in checks if c.gated), success_delta=d.delta,
+                      success_ci=(lo, hi), n_tasks=d.n_tasks, checks=checks)
 
 
 def markdown(result: GateResult, names: dict[str, Any]) -> str:

@@ -117,7 +117,8 @@ class Registry:
         return self.root / "versions" / version.id
 
     def register(self, adapter_dir: Path, fields: dict[str, Any], report: Path | None = None) -> ModelVersion:
-        """Copy an adapter (and its eval report) in as a new immutable version; it becomes the candidate."""
+        """Copy an adapter (and its eval report and rollouts) in as a new immutable version; it becomes the
+        candidate."""
         if not (adapter_dir / "adapter_config.json").is_file():
             raise RegistryError(f"{adapter_dir} is not a PEFT adapter folder (no adapter_config.json)")
         hashes = folder_hashes(adapter_dir)
@@ -129,8 +130,10 @@ class Registry:
             tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
             try:
                 shutil.copytree(adapter_dir, tmp / "adapter")
-                if report is not None:
+                if report is not None:  # with its rollouts: a later candidate is gated against this version
                     shutil.copy2(report, tmp / "report.json")
+                    if (report.parent / "rollouts.parquet").is_file():
+                        shutil.copy2(report.parent / "rollouts.parquet", tmp / "rollouts.parquet")
                 version = ModelVersion(id=vid, adapter="adapter", files={f"adapter/{k}": v for k, v in hashes.items()},
                                        files_hash=digest, eval_report="report.json" if report else None,
                                        created_at=_now(), **fields)

@@ -127,28 +127,34 @@ def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p:
     return {"prompt_ids": prompt_ids, "completion_ids": completion, "env_mask": mask, "episode": record}
 
 
-def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int,
-                         prefix_cache: bool = True) -> tuple[Any, Any]:
+def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int, prefix_cache: bool = True,
+                         refill: int = 0) -> tuple[Any, Any, Any]:
     """TRL's ``rollout_func`` for multi-turn GRPO: each of the G copies of a prompt is its own episode in its own
-    session (``token_episode``); the prompt names its task (TRL passes prompts only). Also returns the
-    ``Rollouts`` state (its ``take()`` gives the step's rollout seconds: generation and environment)."""
+    session (``token_episode``); the prompt names its task (TRL passes prompts only). A group whose G episodes all
+    score the same is redrawn with a fresh task (``rollout.Refill``). Also returns the counters: the ``Rollouts``
+    state (rollout seconds: generation and environment) and the ``Refill`` (groups dropped per step)."""
     from flywheel.tasks.inference.protocol import batch_seed
-    from flywheel.tasks.training.rollout import Rollouts
+    from flywheel.tasks.training.rollout import Refill, Rollouts, distinct
 
     by_prompt = {json.dumps(agent_prompt(t)): t for t in tasks}
-    state = Rollouts(tokenizer, seed, prefix_cache)
+    state, filtering = Rollouts(tokenizer, seed, prefix_cache), Refill(tasks, refill)
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         policy, _, path = state.start(trainer)
-        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "episode": []}
-        for i, prompt in enumerate(prompts):
-            episode = token_episode(policy, by_prompt[json.dumps(prompt)], batch_seed([*path, i]),
-                                    trainer.temperature, trainer.top_p, trainer.max_completion_length, max_steps)
-            for key in out:
-                out[key].append(episode[key])
-        return out | {"logprobs": None}
+        first, g = distinct(prompts, by_prompt)
 
-    return state.timed(rollout), state
+        def generate(group_tasks: list[Task], round_seed: int) -> list[list[dict[str, Any]]]:
+            groups = [[token_episode(policy, task, batch_seed([round_seed, k, i]), trainer.temperature,
+                                     trainer.top_p, trainer.max_completion_length, max_steps) for i in range(g)]
+                      for k, task in enumerate(group_tasks)]
+            return [[e | {"reward": e["episode"]["reward"]} for e in group] for group in groups]
+
+        groups = filtering.run(first, path, generate)
+        episodes = [(t, e) for t, group in groups for e in group]
+        out = {key: [e[key] for _, e in episodes] for key in ("prompt_ids", "completion_ids", "env_mask", "episode")}
+        return out | {"task": [t.model_dump_json() for t, _ in episodes], "logprobs": None}
+
+    return state.timed(rollout), state, filtering
 
 
 class EpisodeReward:

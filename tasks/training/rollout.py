@@ -1,30 +1,42 @@
-"""GRPO rollouts through the project's generation path, as TRL's ``rollout_func``.
+"""GRPO rollouts through the project's generation path, as TRL's ``rollout_func``, with online difficulty filtering.
 
 Why not TRL's own transformers path: it left-pads the G copies of each prompt and prefills every copy (G times the
 prompt's compute); its generation config cannot share a prefix, and its vLLM
 modes need a vLLM that runs beside the trainer (on this CPU vLLM is slower than transformers, see README).
+TRL has no online filtering either: a group whose G rewards are all equal has zero advantage and teaches nothing,
+yet TRL trains on it.
 
-Contract: ``make_rollout(tokenizer, seed, prefix_cache)`` returns ``rollout(prompts, trainer)``: the prompts are
-TRL's per-process slice (each prompt already repeated G times by TRL's sampler); each is rendered with the chat
-template exactly as evaluation renders it (``HFChatModel.encode``), the G copies of one prompt share one prefill
-(``prefix_cache.prepare``), and every completion stops at its end-of-sequence token, which it keeps so the policy
-learns to stop. Sampling uses the trainer's temperature, top-p and max completion length under the seed
-H(seed, global step, call), so a resumed run samples what the uninterrupted one did. Returns TRL's
-``{"prompt_ids", "completion_ids", "logprobs": None}`` (None: TRL computes the log-probs in its forward pass).
-
-``Rollouts`` is what every rollout function shares: the trained model wrapped once per model object, the seed of
-each call and the seconds spent in rollouts per step (``take()``: ``rollout_s`` for the training log, so a step's
-time splits into rollout and update).
+Contract:
+- ``make_rollout(tokenizer, tasks, seed, prefix_cache, refill)`` returns ``(rollout, state)``. ``rollout(prompts,
+  trainer)`` gets TRL's per-process slice (each prompt repeated G times in a row by TRL's sampler); each prompt is
+  rendered with the chat template exactly as evaluation renders it (``HFChatModel.encode``), the G copies of one
+  prompt share one prefill (``prefix_cache.prepare``), and every completion stops at its end-of-sequence token,
+  which it keeps so the policy learns to stop. Sampling uses the trainer's temperature, top-p and max completion
+  length under seeds derived from (seed, global step, call, redraw), so a resumed run samples what the
+  uninterrupted one did. Returns TRL's ``{"prompt_ids", "completion_ids", "logprobs": None}`` (None: TRL computes
+  the log-probs in its forward pass) plus ``task`` and ``verdict`` per completion, which the reward function reads.
+- ``Refill`` (online difficulty filtering): after a round, each group whose valid rewards are all equal (or fewer
+  than two valid) is dropped and replaced by the group of a fresh train task, drawn under a seed of (seed, step,
+  call, group, redraw), up to ``refill`` times per group; a group still flat after that is kept (TRL gives it zero
+  advantage). ``take()`` gives per step ``groups``, ``groups_dropped`` (replaced) and ``groups_flat`` (kept flat).
+- ``Rollouts`` is what every rollout function shares: the trained model wrapped once per model object, the seed path
+  of each call and the seconds spent in rollouts per step (``take()``: ``rollout_s``, so a step's time splits into
+  rollout and update).
 """
 
 from __future__ import annotations
 
+import json
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flywheel.schemas import Task
 from flywheel.tasks.inference.protocol import batch_seed
+
+Group = tuple[Task, list[dict[str, Any]]]  # a task and its G samples (each with a "reward")
 
 
 class Rollouts:
@@ -61,14 +73,75 @@ class Rollouts:
         return {"rollout_s": round(seconds, 3)}
 
 
-def make_rollout(tokenizer: Any, seed: int, prefix_cache: bool = True) -> tuple[Callable[..., Any], Rollouts]:
-    state = Rollouts(tokenizer, seed, prefix_cache)
+def has_signal(rewards: Sequence[float | None]) -> bool:
+    valid = [r for r in rewards if r is not None]
+    return len(valid) >= 2 and len(set(valid)) > 1
+
+
+class Refill:
+    def __init__(self, pool: list[Task], refill: int) -> None:
+        self.pool, self.refill = sorted(pool, key=lambda t: t.id), refill
+        self.groups = self.dropped = self.flat = 0
+
+    def run(self, tasks: list[Task], path: list[int],
+            generate: Callable[[list[Task], int], list[list[dict[str, Any]]]]) -> list[Group]:
+        """``generate(tasks, seed)`` -> the G samples of each task; groups without signal are redrawn."""
+        groups = list(zip(tasks, generate(tasks, batch_seed([*path, 0]))))
+        for redraw in range(1, self.refill + 1):
+            flat = [g for g, (_, samples) in enumerate(groups) if not has_signal([s["reward"] for s in samples])]
+            if not flat:
+                break
+            self.dropped += len(flat)
+            fresh = [random.Random(batch_seed([*path, g, redraw])).choice(self.pool) for g in flat]
+            for g, group in zip(flat, zip(fresh, generate(fresh, batch_seed([*path, redraw])))):
+                groups[g] = group
+        self.groups += len(groups)
+        self.flat += sum(not has_signal([s["reward"] for s in samples]) for _, samples in groups)
+        return groups
+
+    def take(self) -> dict[str, int]:
+        out = {"groups": self.groups, "groups_dropped": self.dropped, "groups_flat": self.flat} if self.groups else {}
+        self.groups = self.dropped = self.flat = 0
+        return out
+
+
+def distinct(prompts: list[Any], by_prompt: dict[str, Task]) -> tuple[list[Task], int]:
+    """The task of each group of TRL's prompts (G copies in a row) and G."""
+    keys = [json.dumps(p) for p in prompts]
+    size = next((i for i, k in enumerate(keys) if k != keys[0]), len(keys))
+    return [by_prompt[k] for k in keys[::size]], size
+
+
+def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: bool = True,
+                 refill: int = 0) -> tuple[Callable[..., Any], Rollouts, Refill]:
+    from flywheel.tasks.training.train import prompt
+    from flywheel.verifiers.envs import get_env
+
+    by_prompt = {json.dumps(prompt(t)): t for t in tasks}
+    state, filtering = Rollouts(tokenizer, seed, prefix_cache), Refill(tasks, refill)
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         policy, _, path = state.start(trainer)
-        prompt_ids = policy.encode(prompts)
-        completion_ids = policy.generate_ids(prompt_ids, batch_seed(path), trainer.temperature, trainer.top_p,
-                                             trainer.max_completion_length)
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+        first, g = distinct(prompts, by_prompt)
 
-    return state.timed(rollout), state
+        def generate(group_tasks: list[Task], round_seed: int) -> list[list[dict[str, Any]]]:
+            prompt_ids = policy.encode([prompt(t) for t in group_tasks for _ in range(g)])
+            ids = policy.generate_ids(prompt_ids, round_seed, trainer.temperature, trainer.top_p,
+                                      trainer.max_completion_length)
+            out = []
+            for k, task in enumerate(group_tasks):
+                samples = []
+                for p, c in zip(prompt_ids[k * g:(k + 1) * g], ids[k * g:(k + 1) * g]):
+                    verdict = get_env(task.env).verify(task, tokenizer.decode(c, skip_special_tokens=True))
+                    samples.append({"prompt_ids": p, "completion_ids": c, "verdict": verdict.model_dump_json(),
+                                    "reward": verdict.reward if verdict.valid else None})
+                out.append(samples)
+            return out
+
+        groups = filtering.run(first, path, generate)
+        samples = [(t, s) for t, group in groups for s in group]
+        return {"prompt_ids": [s["prompt_ids"] for _, s in samples],
+                "completion_ids": [s["completion_ids"] for _, s in samples], "logprobs": None,
+                "task": [t.model_dump_json() for t, _ in samples], "verdict": [s["verdict"] for _, s in samples]}
+
+    return state.timed(rollout), state, filtering

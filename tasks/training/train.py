@@ -90,6 +90,7 @@ class TrainConfig(BaseModel):
     save_steps: int = Field(default=10, ge=1)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     prefix_cache: bool = True  # GRPO rollouts and held-out checks: prefill each prompt once for its G completions
+    refill: int = Field(default=2, ge=0, le=64)  # GRPO: redraw a group whose G rewards are all equal, this many times
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -182,21 +183,22 @@ def _claim(out: Path, config: TrainConfig) -> None:
     write_text_atomic(saved, json.dumps(mine, indent=2) + "\n")
 
 
-def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task]) -> tuple[Any, Any]:
-    """GRPO's ``rollout_func`` and its ``Rollouts`` state (rollout seconds per step), or (None, None): TRL's own
-    generation (single-turn with --no-prefix-cache)."""
+def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task]) -> tuple[Any, ...]:
+    """GRPO's ``rollout_func`` and the counters it keeps (rollout seconds, filtered groups per step), or (None,):
+    TRL's own generation (single-turn with --no-prefix-cache --refill 0)."""
     if config.method != "grpo":
-        return None, None
+        return (None,)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16
     if get_env(tasks[0].env).multi_turn:  # one completion is one whole episode in its own session
         from flywheel.tasks.training.episodes import make_episode_rollout
 
-        return make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache)
-    if config.prefix_cache:  # each prompt prefilled once for its G completions (tasks/training/rollout.py says why)
+        return make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache,
+                                    refill=config.refill)
+    if config.prefix_cache or config.refill:  # one prefill per prompt, flat groups redrawn (rollout.py says why)
         from flywheel.tasks.training.rollout import make_rollout
 
-        return make_rollout(tokenizer, config.seed, prefix_cache=True)
-    return None, None
+        return make_rollout(tokenizer, tasks, config.seed, prefix_cache=config.prefix_cache, refill=config.refill)
+    return (None,)
 
 
 def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task], common: dict[str, Any],
@@ -271,8 +273,8 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
                                config.success_threshold, prefix_cache=config.prefix_cache,
                                max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1)
 
-    rollout, rollouts = _rollout(config, tokenizer, tasks)
-    counters = [c for c in (reward if config.method == "grpo" else None, rollouts) if c is not None]
+    rollout, *rollout_counters = _rollout(config, tokenizer, tasks)
+    counters = [reward, *rollout_counters] if config.method == "grpo" else []
     log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, counters, notify)
     common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps,
               "learning_rate": config.learning_rate,

@@ -34,19 +34,24 @@ class VerifierReward:
         self.verifier, self.threshold, self.__name__ = get_verifier(env), threshold, f"{env}_reward"
         self.n = self.invalid = self.unsafe = 0
 
-    def __call__(self, completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
+    def __call__(self, completions: list[Any], task: list[Any], verdict: list[str] | None = None,
+                 **_: Any) -> list[float | None]:
+        """``verdict``: the verdicts our rollout already computed (``rollout.py``), reused instead of verifying
+        again; TRL's own generation path has none."""
+        from flywheel.schemas import Verdict
         from flywheel.tasks.evaluation.metrics import outcome
         from flywheel.verifiers.common import as_task, as_text
 
         rewards: list[float | None] = []
-        for completion, row in zip(completions, task, strict=True):
+        for i, (completion, row) in enumerate(zip(completions, task, strict=True)):
             item = as_task(row)
-            verdict = self.verifier.verify(item, as_text(completion))
-            flags = outcome(item.env, verdict, self.threshold)
+            verdict_i = (Verdict.model_validate_json(verdict[i]) if verdict is not None
+                         else self.verifier.verify(item, as_text(completion)))
+            flags = outcome(item.env, verdict_i, self.threshold)
             self.n += 1
             self.invalid += flags["valid_output"] is False
             self.unsafe += flags["unsafe"] is True
-            rewards.append(verdict.reward if verdict.valid else None)  # verifier failures are "does not apply"
+            rewards.append(verdict_i.reward if verdict_i.valid else None)  # verifier failures are "does not apply"
         return rewards
 
     def take(self) -> dict[str, float]:

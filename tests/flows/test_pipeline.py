@@ -20,7 +20,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
-           "--max-tokens", "24", "--train-limit", "8"]
+           "--max-tokens", "24", "--train-limit", "8", "--refill", "0"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]
@@ -44,8 +44,14 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
         assert v.dataset["content_hash"] == manifest.content_hash and v.dataset["seeds_hash"] == manifest.seeds_hash
         assert v.verifiers == {"tool_call": v.verifiers["tool_call"]} and v.eval_report == "report.json"
     assert grpo.training["config"]["model"] == summary["stages"]["sft"]["adapter"]
+    # the gate judges GRPO only if it beat its SFT parent on the same rollouts; the summary says which and why
+    picked = reg.version(summary["stages"][summary["promoted_stage"]]["version"])
+    d = summary["grpo_vs_sft"]
+    assert d["ci_low"] <= d["delta"] <= d["ci_high"] and d["n_tasks"] == 6
+    assert summary["promoted_stage"] == ("grpo" if d["ci_low"] > 0 else "sft")
+    assert summary["pick_reason"] in result.stdout and f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" in result.stdout
     aliases = reg.aliases()
-    assert aliases["candidate"] == grpo.id and aliases.get("production") == (grpo.id if passed else None)
+    assert aliases["candidate"] == grpo.id and aliases.get("production") == (picked.id if passed else None)
     assert [e.action for e in reg.events()] == ["register", "register"] + (["promote"] if passed else [])
     gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
     show = subprocess.run([sys.executable, "-m", "flywheel.flows.cli", "registry", "show", "candidate", "--registry",
@@ -54,7 +60,8 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert lineage["dataset"]["version"] == manifest.version and lineage["dataset"]["run_seed"] == 1
     assert Path(lineage["eval_report_path"]).is_file() and lineage["ancestry"][0]["id"] == sft.id
     assert Path(lineage["ancestry"][0]["eval_report"]).is_file() and lineage["ancestry"][0]["method"] == "sft"
-    assert gate["version"] == grpo.id and gate["candidate_eval"] == summary["stages"]["grpo"]["eval"]
+    assert gate["version"] == picked.id
+    assert gate["candidate_eval"] == summary["stages"][summary["promoted_stage"]]["eval"]
 
 
 def test_a_gpu_pool_without_its_deployment_is_a_clear_error(prefect_api) -> None:
@@ -71,7 +78,7 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
            "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
-           "--max-tokens", "16", "--train-limit", "2"]
+           "--max-tokens", "16", "--train-limit", "2", "--refill", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
@@ -86,6 +93,7 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"] and keys[0] == keys[1] == keys[2]
     grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
+    assert grpo[0]["groups"] == 1 and grpo[0]["groups_dropped"] <= 1  # online filtering: at most one redraw
     reg = Registry(summary["registry"])
     assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}
     gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())

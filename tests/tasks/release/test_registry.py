@@ -70,7 +70,11 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     reg = Registry(reg_dir)
     base = eval_dir(tmp_path / "base", catalog, good_every=0)
     better = eval_dir(tmp_path / "better", catalog, good_every=2)
-    v1 = reg.register(adapters[0], FIELDS)
+    v1 = reg.register(adapters[0], FIELDS, better / "report.json")  # its eval and rollouts are kept with it
+    against_production = ["promote", "--registry", str(reg_dir), "--candidate-eval"]  # no --baseline-eval
+    none_yet = runner.invoke(app, [*against_production, str(better)])
+    assert none_yet.exit_code == 1 and "no production version" in none_yet.output
+    assert "--baseline-eval" in none_yet.output
     args = ["promote", "--registry", str(reg_dir), "--baseline-eval", str(base)]
     same = runner.invoke(app, [*args, "--candidate-eval", str(base)])
     assert same.exit_code == 1 and "REJECTED" in same.output and "production not moved" in same.output
@@ -78,6 +82,12 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     ok = runner.invoke(app, [*args, "--candidate-eval", str(better)])
     assert ok.exit_code == 0 and f"production -> {v1.id}" in ok.output, ok.output
     v2 = reg.register(adapters[1], FIELDS)
+    # a candidate better than the base model but worse than production is gated against production: rejected
+    worse = runner.invoke(app, [*against_production, str(base)])
+    assert worse.exit_code == 1 and "production not moved" in worse.output and reg.aliases()["production"] == v1.id
+    gate = next(g for g in (json.loads(p.read_text()) for p in (reg_dir / "gates").glob("*.json"))
+                if g["version"] == v2.id)
+    assert gate["baseline_eval"] == str(reg.path(v1))
     forced = runner.invoke(app, [*args, "--candidate-eval", str(base), "--override", "hotfix approved by on-call"])
     assert forced.exit_code == 0 and reg.aliases()["production"] == v2.id
     assert reg.events()[-1].override == "hotfix approved by on-call" and not reg.events()[-1].gate["passed"]
@@ -88,7 +98,7 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     shown = json.loads(runner.invoke(app, ["registry", "show", "production", "--registry", str(reg_dir)]).output)
     assert shown["id"] == v1.id and shown["dataset"]["seeds_hash"] and shown["verifiers"] == {"tool_call": "1.0.0"}
     assert shown["files_intact"] and Path(shown["adapter_path"], "adapter_config.json").is_file()
-    assert len(list((reg_dir / "gates").glob("*.md"))) == 3
+    assert len(list((reg_dir / "gates").glob("*.md"))) == 4
     listing = runner.invoke(app, ["registry", "list", "--registry", str(reg_dir)]).output
     assert "rollback" in listing and "hotfix approved" in listing
 

@@ -128,7 +128,8 @@ def test_a_killed_multi_turn_grpo_run_resumes_from_its_checkpoint(workplace_data
     out = tmp_path / "grpo"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "train", "--dataset", workplace_dataset, "--out", str(out),
            "--method", "grpo", "--max-steps", "3", "--save-steps", "1", "--batch-size", "2", "--num-generations",
-           "2", "--limit", "2", "--eval-limit", "1", "--eval-interval", "100", "--max-completion-length", "16"]
+           "2", "--limit", "2", "--eval-limit", "1", "--eval-interval", "100", "--max-completion-length", "16",
+           "--refill", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 400
     while not (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").is_file() and time.time() < deadline:

@@ -107,11 +107,12 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     grpo = runner.invoke(app, ["train", "--out", str(tmp_path / "grpo"), "--method", "grpo", "--loss-type", "gspo",
                                "--model", str(tmp_path / "sft" / "adapter"), "--parent", sft_version["id"],
                                "--max-steps", "2", "--batch-size", "4", "--num-generations", "2",
-                               "--eval-interval", "2", *common])
+                               "--eval-interval", "2", "--refill", "1", *common])
     assert grpo.exit_code == 0, grpo.output
     rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "heldout_reward" in rows[1] and "heldout_reward" not in rows[0]
     assert all("reward" in r and 0 <= r["train_invalid_rate"] <= 1 and r["step_time_s"] > 0 for r in rows)
+    assert all(r["groups"] == 2 and 0 <= r["groups_dropped"] <= 2 for r in rows)  # online filtering: one redraw
     shown = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
     manifest = json.loads((Path(dataset) / "manifest.json").read_text())
     assert shown["parent"] == sft_version["id"] and shown["files_intact"]
@@ -159,7 +160,7 @@ def test_the_same_seed_and_data_give_byte_identical_adapters(dataset, tmp_path) 
                   "save_steps": 100}
         sft = train(TrainConfig(out=str(root / "sft"), method="sft", max_steps=2, batch_size=2, **common))
         grpo = train(TrainConfig(out=str(root / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
-                                 batch_size=2, num_generations=2, **common))
+                                 batch_size=2, num_generations=2, refill=1, **common))
         return [(Path(r["adapter"]) / "adapter_model.safetensors").read_bytes() for r in (sft, grpo)]
 
     torch.manual_seed(1)
