@@ -156,6 +156,11 @@ class RunConfig(BaseModel):
     num_generations: int = Field(default=8, ge=2, le=256, description="GRPO completions per prompt.")
     grpo_learning_rate: float = Field(default=3e-5, gt=0, le=1.0, description="GRPO learning rate.")
     loss_type: str = "dapo"
+    curriculum_samples: int = Field(default=4, ge=0, le=64, description="Curriculum before GRPO: sample each of the "
+                                    "first --curriculum-tasks train tasks this many times with the policy GRPO starts "
+                                    "from and train only on those with mixed outcomes (0: off).")
+    curriculum_tasks: int = Field(default=32, ge=1, le=MAX_ROWS, description="Train tasks the curriculum samples "
+                                  "(the first N by id; GRPO trains on their mixed ones).")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")

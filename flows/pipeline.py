@@ -57,11 +57,35 @@ def _eval_of(stage: TrainResult) -> EvalSummary:
     return EvalSummary(report=str(Path(stage.eval or "") / "report.json"), metrics=stage.metrics)
 
 
+def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str | None, int | None, str]:
+    """Before GRPO: K samples of each of the first N train tasks with the policy GRPO starts from; GRPO trains on
+    the tasks with mixed outcomes only (the others give groups of equal rewards). Returns the per_task.parquet to
+    skip by, the train limit that covers exactly the sampled tasks, and what happened."""
+    limit = min(config.curriculum_tasks, config.train_limit or config.curriculum_tasks)
+    if not config.curriculum_samples:
+        return None, config.train_limit, "curriculum off"
+    import polars as pl
+
+    ev = eval_policy(EvalConfig(dataset=dataset, split="train", out=str(Path(config.out) / "curriculum"), model=model,
+                                samples=config.curriculum_samples, temperature=1.0, limit=limit, seed=config.seed,
+                                max_tokens=config.max_tokens, prefix_cache=config.prefix_cache))
+    per_task = str(Path(ev.report).parent / "per_task.parquet")
+    marks = pl.read_parquet(per_task, columns=["mark"])["mark"].value_counts()
+    counts = {m: n for m, n in marks.rows()}
+    mixed = counts.get("mixed", 0)
+    what = (f"{mixed} of {limit} train tasks mixed ({counts.get('always', 0)} always, {counts.get('never', 0)} never "
+            f"solved in {config.curriculum_samples} samples)")
+    if not mixed:
+        return None, config.train_limit, f"{what}: GRPO trains on every train task"
+    return per_task, limit, f"{what}: GRPO trains on the mixed ones"
+
+
 def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
-           parent: str | None) -> TrainResult:
+           parent: str | None, skip: tuple[str | None, int | None] = (None, None)) -> TrainResult:
     out = Path(config.out)
     sft = method == "sft"
-    train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, limit=config.train_limit,
+    train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, skip_tasks=skip[0],
+                        limit=skip[1] if skip[0] else config.train_limit,
                         max_steps=config.sft_steps if sft else config.grpo_steps,
                         batch_size=config.sft_batch_size if sft else config.num_generations,
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
@@ -140,7 +164,8 @@ def run_pipeline(config: RunConfig) -> RunSummary:
         stages["sft"] = _train(config, dataset, "sft", None, evaluation, None)
         evals["after SFT"] = _eval_of(stages["sft"])
         model, parent = stages["sft"].adapter, stages["sft"].version
-    stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent)
+    skip, limit, curriculum = _curriculum(config, dataset, model)
+    stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent, (skip, limit))
     evals["after GRPO"] = _eval_of(stages["grpo"])
     pick, grpo_vs_sft, why = _pick(config, stages)
     gate = _promote(config, stages[pick].version or "", stages[pick].eval or "")
@@ -148,7 +173,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
             f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
             f"bootstrap intervals over tasks.\n\n{table(evals)}\n"
-            f"Candidate: {why}.\n\n"
+            f"Curriculum: {curriculum}.\n\nCandidate: {why}.\n\n"
             f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
             f"{gate.version if gate.event else 'unchanged'}\n")
@@ -156,7 +181,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
                                                                                eval=v.eval, train_s=v.train_s)
                                                                for k, v in stages.items()},
                          gate=gate, promoted_stage=pick, pick_reason=why, grpo_vs_sft=grpo_vs_sft,
-                         registry=str(out / "registry"), wall_s=wall, config=config)
+                         curriculum=curriculum, registry=str(out / "registry"), wall_s=wall, config=config)
     write_text_atomic(out / "summary.md", text)
     write_text_atomic(out / "summary.json", json.dumps(summary.model_dump(), indent=2, default=str) + "\n")
     create_markdown_artifact(key="flywheel-run", markdown=text, description="end-to-end run: before/after")

@@ -134,6 +134,7 @@ class RunSummary(Result):
     evals: dict[str, EvalSummary]
     stages: dict[str, StageSummary]
     gate: PromoteResult
+    curriculum: str  # what the curriculum before GRPO kept
     promoted_stage: str  # the stage the gate judged: "grpo", or "sft" when GRPO did not beat it
     pick_reason: str
     grpo_vs_sft: Delta | None  # GRPO minus SFT held-out success, paired 95% CI (None without an SFT stage)

@@ -90,6 +90,8 @@ def run_(
     grpo_learning_rate: float = option(RunConfig, "grpo_learning_rate"),
     num_generations: int = option(RunConfig, "num_generations"),
     refill: int = option(RunConfig, "refill"),
+    curriculum_samples: int = option(RunConfig, "curriculum_samples"),
+    curriculum_tasks: int = option(RunConfig, "curriculum_tasks"),
     max_tokens: int = option(RunConfig, "max_tokens"),
     train_limit: int = option(RunConfig, "train_limit"),
     gpu_pool: str = option(RunConfig, "gpu_pool"),
@@ -103,6 +105,7 @@ def run_(
         config = RunConfig(out=str(out), seed=seed, env=env, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
                            grpo_steps=grpo_steps, sft_batch_size=sft_batch_size, sft_learning_rate=sft_learning_rate,
                            grpo_learning_rate=grpo_learning_rate, num_generations=num_generations, refill=refill,
+                           curriculum_samples=curriculum_samples, curriculum_tasks=curriculum_tasks,
                            max_tokens=max_tokens, train_limit=train_limit, gpu_pool=gpu_pool,
                            dask_address=dask_address, prefix_cache=prefix_cache)
         summary = with_progress(lambda: run_pipeline(config))

@@ -73,7 +73,7 @@ class TrainConfig(BaseModel):
     method: Literal["sft", "grpo"] = "grpo"
     model: str | None = None  # base checkpoint, or an adapter to keep training (e.g. the SFT warm start)
     skip_tasks: str | None = None  # per_task.parquet of an eval on the train split: always/never solved are left out
-    limit: int | None = Field(default=None, ge=1)
+    limit: int | None = Field(default=None, ge=1)  # the first N train tasks by id (before --skip-tasks)
     max_steps: int = Field(default=20, ge=1, le=1_000_000)
     batch_size: int = Field(default=8, ge=1, le=4096)
     learning_rate: float = Field(default=1e-4, gt=0, le=1.0)
@@ -110,7 +110,8 @@ class TrainConfig(BaseModel):
         if self.skip_tasks:  # a corrupted file, or one that skips everything: this one line, not a training traceback
             from flywheel.tasks.data.publish import read_split
 
-            skip, ids = skip_ids(self.skip_tasks), read_split(Path(self.dataset), "train", ["id"])["id"]
+            skip, ids = skip_ids(self.skip_tasks), read_split(Path(self.dataset), "train", ["id"])["id"].sort()
+            ids = ids.head(self.limit) if self.limit else ids
             if not set(ids) - skip:
                 raise ValueError(f"no train tasks left to train on: --skip-tasks {self.skip_tasks} marks all "
                                  f"{len(ids)} train tasks always or never solved (check --skip-tasks and --limit)")
@@ -139,10 +140,10 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
     from flywheel.tasks.data.publish import read_split
 
     frame = read_split(Path(config.dataset), split, ["id", "task"]).sort("id")  # checked against the manifest
+    if split == "train" and config.limit:  # the first N, then the skipped ones out: --skip-tasks of an eval with
+        frame = frame.head(config.limit)  # the same --limit covers exactly these
     if split == "train" and config.skip_tasks:
         frame = frame.filter(~pl.col("id").is_in(list(skip_ids(config.skip_tasks))))
-    if split == "train" and config.limit:
-        frame = frame.head(config.limit)
     if split == "heldout":
         frame = frame.head(config.eval_limit)
     if frame.height == 0:

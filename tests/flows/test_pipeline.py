@@ -20,7 +20,8 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
-           "--max-tokens", "24", "--train-limit", "8", "--refill", "0"]
+           "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
+           "--curriculum-tasks", "4"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]
@@ -28,6 +29,12 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert "| success |" in result.stdout and str(out / "registry") in result.stderr
 
     manifest = DatasetManifest.model_validate_json((Path(summary["dataset"]) / "manifest.json").read_text())
+    # the curriculum sampled the first 4 train tasks twice each with the SFT model; GRPO trains on the mixed ones
+    curriculum = pl.read_parquet(out / "curriculum" / "per_task.parquet")
+    assert curriculum.height == 4 and summary["curriculum"].startswith(f"{(curriculum['mark'] == 'mixed').sum()} of 4")
+    grpo_config = json.loads((out / "grpo" / "train_config.json").read_text())
+    mixed = (curriculum["mark"] == "mixed").any()
+    assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if mixed else None)
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"]
     keys = []
     for name, ev in summary["evals"].items():
@@ -78,7 +85,7 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
            "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
-           "--max-tokens", "16", "--train-limit", "2", "--refill", "1"]
+           "--max-tokens", "16", "--train-limit", "2", "--refill", "1", "--curriculum-samples", "0"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
