@@ -161,6 +161,9 @@ class RunConfig(BaseModel):
                                     "from and train only on those with mixed outcomes (0: off).")
     curriculum_tasks: int = Field(default=32, ge=1, le=MAX_ROWS, description="Train tasks the curriculum samples "
                                   "(the first N by id; GRPO trains on their mixed ones).")
+    validation_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
+                                  "last N by id) for checks every half of --grpo-steps; the best checkpoint on them "
+                                  "is kept, never chosen on the gate's held-out tasks (0: the last checkpoint).")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")

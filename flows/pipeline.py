@@ -90,7 +90,9 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         batch_size=config.sft_batch_size if sft else config.num_generations,
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
-                        max_completion_length=config.max_tokens, eval_interval=0, eval_limit=config.eval_limit,
+                        max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
+                        eval_interval=0 if sft or not config.validation_tasks else max(1, config.grpo_steps // 2),
+                        validation=0 if sft else config.validation_tasks,
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
                         prefix_cache=config.prefix_cache)
     if config.gpu_pool:
@@ -113,6 +115,13 @@ def _pick(config: RunConfig, stages: dict[str, TrainResult]) -> tuple[str, Delta
     if d.ci_low > 0:
         return "grpo", d, f"GRPO beats its SFT parent ({figures}): the GRPO version goes to the gate"
     return "sft", d, f"GRPO is not better than its SFT parent ({figures}): the SFT version goes to the gate"
+
+
+def _checkpoint(config: RunConfig, grpo: TrainResult) -> str:
+    where = (f"step {grpo.selected_step} of {config.grpo_steps}, the best on {config.validation_tasks} validation "
+             "tasks held apart from train" if config.validation_tasks else f"the last ({config.grpo_steps} steps)")
+    flags = "; ".join(f"{f['flag']} at step {f['step']} ({f['detail']})" for f in grpo.flags) or "none"
+    return f"GRPO checkpoint: {where}. Training flags: {flags}."
 
 
 def _promote(config: RunConfig, version: str, candidate_eval: str) -> PromoteResult:
@@ -173,12 +182,14 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
             f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
             f"bootstrap intervals over tasks.\n\n{table(evals)}\n"
-            f"Curriculum: {curriculum}.\n\nCandidate: {why}.\n\n"
+            f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'])}\n\nCandidate: {why}.\n\n"
             f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
             f"{gate.version if gate.event else 'unchanged'}\n")
     summary = RunSummary(dataset=dataset, evals=evals, stages={k: StageSummary(adapter=v.adapter, version=v.version,
-                                                                               eval=v.eval, train_s=v.train_s)
+                                                                               eval=v.eval, train_s=v.train_s,
+                                                                               selected_step=v.selected_step,
+                                                                               flags=v.flags)
                                                                for k, v in stages.items()},
                          gate=gate, promoted_stage=pick, pick_reason=why, grpo_vs_sft=grpo_vs_sft,
                          curriculum=curriculum, registry=str(out / "registry"), wall_s=wall, config=config)

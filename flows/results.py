@@ -80,6 +80,8 @@ class TrainRun(Result):
     heldout_tasks: int
     config: dict[str, Any]
     history: list[dict[str, Any]]
+    selected_step: int | None = None  # the checkpoint kept: the best on the validation slice, else the last
+    flags: list[dict[str, Any]] = []  # selection.drift_flags raised while training
 
 
 class TrainResult(Result):
@@ -91,6 +93,8 @@ class TrainResult(Result):
     eval: str | None = None
     version: str | None = None
     metrics: dict[str, Metric] = {}
+    selected_step: int | None = None
+    flags: list[dict[str, Any]] = []
 
 
 class PromoteResult(Result):
@@ -125,6 +129,8 @@ class StageSummary(Result):
     version: str | None
     eval: str | None
     train_s: float
+    selected_step: int | None = None
+    flags: list[dict[str, Any]] = []
 
 
 class RunSummary(Result):

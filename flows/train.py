@@ -31,7 +31,7 @@ from flywheel.verifiers import get_verifier
 
 GPU_LIMIT = "gpu"
 COLUMNS = ("step", "loss", "reward", "train_invalid_rate", "train_unsafe_rate", "step_time_s", "heldout_reward",
-           "heldout_success", "heldout_invalid_rate", "heldout_unsafe_rate")
+           "heldout_success", "heldout_invalid_rate", "heldout_unsafe_rate", "val_reward", "val_success", "best")
 
 
 @task(name="train-adapter", tags=["gpu"], cache_policy=NO_CACHE)
@@ -71,7 +71,8 @@ def lineage(config: TrainConfig, result: TrainRun, parent: str | None) -> dict[s
                         "seeds_hash": manifest.seeds_hash, "run_seed": manifest.run_seed},
             "verifiers": {manifest.env: get_verifier(manifest.env).VERSION},
             "training": {"config": config.model_dump(), "train_s": result.train_s, "tasks": result.tasks,
-                         "resumed_from": result.resumed_from, "last": result.history[-1] if result.history else {}},
+                         "resumed_from": result.resumed_from, "selected_step": result.selected_step,
+                         "flags": result.flags, "last": result.history[-1] if result.history else {}},
             "parent": parent}
 
 
@@ -94,5 +95,5 @@ def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, regi
         report_path = Path(folder) / "report.json" if folder else None
         version = Registry(registry).register(Path(result.adapter), fields, report_path).id
     return TrainResult(adapter=result.adapter, train_s=result.train_s, history=result.history, eval=folder,
-                       version=version, metrics=metrics)
+                       version=version, metrics=metrics, selected_step=result.selected_step, flags=result.flags)
 

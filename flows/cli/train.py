@@ -32,7 +32,10 @@ def train(
     refill: int = typer.Option(2, help="GRPO online filtering: a group whose G rewards are all equal carries no "
                                        "signal and is replaced by a fresh task's group, up to N times (0: kept)."),
     max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
-    eval_interval: int = typer.Option(10, help="Held-out reward and success every N steps."),
+    eval_interval: int = typer.Option(10, help="Held-out (or --validation) reward and success every N steps."),
+    validation: int = typer.Option(0, help="Hold the last N train tasks apart (never trained on): the periodic checks "
+                                           "run on them and the best checkpoint by their success is the adapter; 0: "
+                                           "checks on the held-out tasks, the last checkpoint kept."),
     eval_limit: int = typer.Option(32, help="Held-out tasks in the periodic checks and the final eval."),
     save_steps: int = typer.Option(10, help="Checkpoint every N steps (a killed run resumes from the last one)."),
     seed: int = typer.Option(0, help="Training and rollout seed."),
@@ -52,6 +55,7 @@ def train(
                              skip_tasks=str(skip_tasks) if skip_tasks else None, max_steps=max_steps,
                              batch_size=batch_size, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2 * lora_r,
                              num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
+                             validation=validation,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
         resolve_model(model)  # a bad --model fails before any flow run starts
@@ -90,6 +94,7 @@ def run_(
     grpo_learning_rate: float = option(RunConfig, "grpo_learning_rate"),
     num_generations: int = option(RunConfig, "num_generations"),
     refill: int = option(RunConfig, "refill"),
+    validation_tasks: int = option(RunConfig, "validation_tasks"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),
     curriculum_tasks: int = option(RunConfig, "curriculum_tasks"),
     max_tokens: int = option(RunConfig, "max_tokens"),
@@ -106,6 +111,7 @@ def run_(
                            grpo_steps=grpo_steps, sft_batch_size=sft_batch_size, sft_learning_rate=sft_learning_rate,
                            grpo_learning_rate=grpo_learning_rate, num_generations=num_generations, refill=refill,
                            curriculum_samples=curriculum_samples, curriculum_tasks=curriculum_tasks,
+                           validation_tasks=validation_tasks,
                            max_tokens=max_tokens, train_limit=train_limit, gpu_pool=gpu_pool,
                            dask_address=dask_address, prefix_cache=prefix_cache)
         summary = with_progress(lambda: run_pipeline(config))

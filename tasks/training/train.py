@@ -39,6 +39,7 @@ from flywheel.tasks.agents.agent import openai_tools
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.files import write_text_atomic
 from flywheel.tasks.inference.policy import as_text_chat
+from flywheel.tasks.training.selection import Best
 from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 from flywheel.verifiers.envs import env_names, get_env
 
@@ -73,6 +74,7 @@ class TrainConfig(BaseModel):
     method: Literal["sft", "grpo"] = "grpo"
     model: str | None = None  # base checkpoint, or an adapter to keep training (e.g. the SFT warm start)
     skip_tasks: str | None = None  # per_task.parquet of an eval on the train split: always/never solved are left out
+    validation: int = Field(default=0, ge=0, le=100_000)  # the last N train tasks: checks and checkpoint selection
     limit: int | None = Field(default=None, ge=1)  # the first N train tasks by id (before --skip-tasks)
     max_steps: int = Field(default=20, ge=1, le=1_000_000)
     batch_size: int = Field(default=8, ge=1, le=4096)
@@ -139,7 +141,13 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
 
     from flywheel.tasks.data.publish import read_split
 
-    frame = read_split(Path(config.dataset), split, ["id", "task"]).sort("id")  # checked against the manifest
+    frame = read_split(Path(config.dataset), "heldout" if split == "heldout" else "train",
+                       ["id", "task"]).sort("id")  # checked against the manifest
+    if split != "heldout" and config.validation:  # the validation slice: the last N train tasks, never trained on
+        if frame.height <= config.validation:
+            raise ValueError(f"--validation {config.validation} leaves no train task ({frame.height} in the dataset)")
+        keep = frame.height - config.validation
+        frame = frame.tail(config.validation) if split == "validation" else frame.head(keep)
     if split == "train" and config.limit:  # the first N, then the skipped ones out: --skip-tasks of an eval with
         frame = frame.head(config.limit)  # the same --limit covers exactly these
     if split == "train" and config.skip_tasks:
@@ -157,8 +165,9 @@ def last_checkpoint(folder: Path) -> str | None:
     return str(ckpts[-1]) if ckpts else None
 
 
-def _save_adapter(trainer: Any, out: Path) -> Path:
-    """Save to a unique temp folder, then rename it in; a failed save leaves no temp folder behind."""
+def _save_adapter(trainer: Any, out: Path, best: Any = None) -> tuple[Path, int | None]:
+    """Save to a unique temp folder (with the best checkpoint's weights when ``best`` has one), then rename it in; a
+    failed save leaves no temp folder behind. Returns the adapter and the step it was selected at (None: last)."""
     for stale in out.glob(".adapter-tmp*"):  # a killed earlier save of this OUT (which one config owns)
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=".adapter-tmp-", dir=out))
@@ -166,13 +175,14 @@ def _save_adapter(trainer: Any, out: Path) -> Path:
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; the adapter is read like any folder
         trainer.save_model(str(tmp))
+        selected = best.install(tmp) if best is not None else None
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return target
+    return target, selected
 
 
 def _claim(out: Path, config: TrainConfig) -> None:
@@ -269,14 +279,23 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     resume = last_checkpoint(out / "checkpoints")
     trim_log(out / "metrics.jsonl", int(resume.rsplit("-", 1)[-1]) if resume else 0)
 
+    checks = load_tasks(config, "validation") if config.validation else heldout  # the gate's tasks never select
+    best = Best(out) if config.validation else None
+    if best is not None:
+        best.drop_after(int(resume.rsplit("-", 1)[-1]) if resume else 0)
+
     def probe(m: Any) -> dict[str, float]:
+        if config.validation:  # greedy, as the gate's evals decode: the checkpoint chosen is the one they would rank
+            return heldout_metrics(m, tokenizer, checks, config.seed, config.max_completion_length,
+                                   config.success_threshold, temperature=0.0, prefix_cache=config.prefix_cache,
+                                   max_steps=AGENT_STEPS if get_env(checks[0].env).multi_turn else 1, prefix="val")
         return heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length,
                                config.success_threshold, prefix_cache=config.prefix_cache,
                                max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1)
 
     rollout, *rollout_counters = _rollout(config, tokenizer, tasks)
     counters = [reward, *rollout_counters] if config.method == "grpo" else []
-    log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, counters, notify)
+    log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, counters, notify, best)
     common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps,
               "learning_rate": config.learning_rate,
               "logging_steps": 1, "save_steps": config.save_steps, "save_total_limit": 2, "seed": config.seed,
@@ -287,10 +306,12 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward, rollout)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; TrainLog writes them as JSON lines
     trainer.train(resume_from_checkpoint=resume)
-    adapter = _save_adapter(trainer, out)
+    adapter, selected = _save_adapter(trainer, out, best)
+    history = [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     result = {"method": config.method, "adapter": str(adapter), "adapter_hash": fingerprint(adapter),
+              "selected_step": selected or config.max_steps, "flags": [f for r in history for f in r.get("flags", [])],
               "base_model": str(base), "resumed_from": resume, "train_s": round(time.perf_counter() - t0, 2),
               "tasks": len(tasks), "heldout_tasks": len(heldout), "config": config.model_dump(),
-              "history": [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]}
+              "history": history}
     write_text_atomic(out / "train_log.json", json.dumps(result, indent=2, default=str) + "\n")
     return result

@@ -4,13 +4,16 @@ Contract:
 - ``VerifierReward(env, threshold)`` is the env's verifier in TRL's reward-function form; it also counts the
   invalid outputs and unsafe actions of the completions it scored since the last ``take()``, with the flags of
   ``tasks.metrics.outcome`` (the ones ``flywheel eval`` reports).
-- ``heldout_metrics(model, tokenizer, tasks, ...)`` samples the model being trained on held-out tasks (one sample
-  each, ``flywheel eval``'s rollout seeds) and returns reward, success, invalid-output and unsafe-action rates.
+- ``heldout_metrics(model, tokenizer, tasks, ...)`` samples the model being trained on held-out (or validation)
+  tasks (one sample each, ``flywheel eval``'s rollout seeds) and returns reward, success, invalid-output and
+  unsafe-action rates, keyed ``PREFIX_*``.
 - ``TrainLog`` is a ``transformers.TrainerCallback`` that appends one JSON line per optimizer step to a file:
   step, step time (for GRPO split into ``rollout_s``, generation and environment, and ``update_s``, the rest), the
   trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
-  and at the last step (never with interval 0) the held-out metrics. ``notify`` (e.g. a Prefect logger) gets each
-  line too.
+  and at the last step (never with interval 0) the held-out or validation metrics; with ``best``
+  (``selection.Best``) a validation check that beats the best so far saves the adapter (``"best": true``), and a
+  check row carries the ``flags`` of ``selection.drift_flags``. ``notify`` (e.g. a Prefect logger) gets each line
+  too.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ class VerifierReward:
 
 def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, max_tokens: int,
                     threshold: float, temperature: float = 0.7, prefix_cache: bool = True,
-                    max_steps: int = 1) -> dict[str, float]:
+                    max_steps: int = 1, prefix: str = "heldout") -> dict[str, float]:
     import polars as pl
 
     from flywheel.tasks.evaluation.rollouts import rollout_seed, run_batch
@@ -84,17 +87,19 @@ def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, ma
     def rate(column: str) -> float:
         return round(float(rows[column].cast(pl.Float64).mean() or 0.0), 4)
 
-    return {"heldout_reward": rate("reward"), "heldout_success": rate("success"),
-            "heldout_invalid_rate": round(1 - rate("valid_output"), 4), "heldout_unsafe_rate": rate("unsafe")}
+    return {f"{prefix}_reward": rate("reward"), f"{prefix}_success": rate("success"),
+            f"{prefix}_invalid_rate": round(1 - rate("valid_output"), 4), f"{prefix}_unsafe_rate": rate("unsafe")}
 
 
 class TrainLog(TrainerCallback):
     def __init__(self, path: Path, heldout: Callable[[Any], dict[str, float]], interval: int,
-                 counters: Sequence[Any] = (), notify: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.path, self.heldout, self.interval, self.notify = path, heldout, interval, notify
+                 counters: Sequence[Any] = (), notify: Callable[[dict[str, Any]], None] | None = None,
+                 best: Any = None) -> None:
+        self.path, self.heldout, self.interval, self.notify, self.best = path, heldout, interval, notify, best
         self.counters = list(counters)  # objects whose take() gives the step's counts (rewards, rollout seconds)
         self.row: dict[str, Any] | None = None
         self.t0 = time.perf_counter()
+        self.rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.t0 = time.perf_counter()
@@ -108,13 +113,22 @@ class TrainLog(TrainerCallback):
             self.row["update_s"] = round(self.row["step_time_s"] - self.row["rollout_s"], 3)
         if self.interval and (step % self.interval == 0 or step >= state.max_steps):
             t0 = time.perf_counter()
-            self.row |= self.heldout(model) | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}
+            checks = self.heldout(model)
+            self.row |= checks | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}
+            if self.best is not None and "val_success" in checks:  # checkpoint selection on the validation slice
+                self.row["best"] = self.best.keep(step, checks, model)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self.row is None:  # the trainer's end-of-training summary: not a step
             return
         keep = {k: v for k, v in (logs or {}).items() if isinstance(v, int | float)}
         line, self.row = {**keep, **self.row}, None
+        from flywheel.tasks.training.selection import drift_flags
+
+        flags = drift_flags([*self.rows, line])
+        if flags:
+            line["flags"] = flags
+        self.rows.append(line)
         with self.path.open("a", encoding="utf-8") as fh:  # one whole line per step; a resumed run trims the tail
             fh.write(json.dumps(line) + "\n")
         if self.notify:

@@ -107,10 +107,15 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     grpo = runner.invoke(app, ["train", "--out", str(tmp_path / "grpo"), "--method", "grpo", "--loss-type", "gspo",
                                "--model", str(tmp_path / "sft" / "adapter"), "--parent", sft_version["id"],
                                "--max-steps", "2", "--batch-size", "4", "--num-generations", "2",
-                               "--eval-interval", "2", "--refill", "1", *common])
+                               "--eval-interval", "1", "--validation", "2", "--refill", "1", *common])
     assert grpo.exit_code == 0, grpo.output
     rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2] and "heldout_reward" in rows[1] and "heldout_reward" not in rows[0]
+    # checks on the 2 validation tasks (never the held-out ones); the best of them is the adapter
+    assert [r["step"] for r in rows] == [1, 2] and all("val_success" in r and "heldout_reward" not in r for r in rows)
+    assert rows[0]["best"] is True and (tmp_path / "grpo" / "best.json").is_file()
+    best = json.loads((tmp_path / "grpo" / "best.json").read_text())["step"]
+    assert (tmp_path / "grpo" / "adapter" / "adapter_model.safetensors").read_bytes() == \
+        (tmp_path / "grpo" / "best-adapter" / "adapter_model.safetensors").read_bytes()
     assert all("reward" in r and 0 <= r["train_invalid_rate"] <= 1 and r["step_time_s"] > 0 for r in rows)
     assert all(r["groups"] == 2 and 0 <= r["groups_dropped"] <= 2 for r in rows)  # online filtering: one redraw
     shown = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
@@ -121,6 +126,7 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     assert shown["training"]["config"]["loss_type"] == "gspo" and shown["metrics"]["success_rate"]["value"] is not None
     log = json.loads((tmp_path / "grpo" / "train_log.json").read_text())
     assert log["base_model"] == str(tmp_path / "sft" / "adapter") and len(log["history"]) == 2
+    assert log["selected_step"] == best and shown["training"]["selected_step"] == best
 
 
 @pytest.mark.slow
