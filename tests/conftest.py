@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 
+# FLYWHEEL_VLLM_COMPILE=eager: the vLLM tests check what the backend generates, not the compiler (a first compiled
+# start costs a minute more in CI; compiled vs eager is measured in bench/vllm_startup.py)
 for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
-                     "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false"}.items():
+                     "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false",
+                     "FLYWHEEL_VLLM_COMPILE": "eager"}.items():
     os.environ.setdefault(_key, _value)
 
 import socket  # noqa: E402
