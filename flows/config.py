@@ -164,6 +164,10 @@ class RunConfig(BaseModel):
     validation_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
                                   "last N by id) for checks every half of --grpo-steps; the best checkpoint on them "
                                   "is kept, never chosen on the gate's held-out tasks (0: the last checkpoint).")
+    capability_envs: tuple[str, ...] = Field(default=("math", "cli"), description="General capability: envs the "
+                                             "model is not trained on, whose held-out success the gate checks.")
+    capability_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="Held-out tasks per capability env "
+                                  "in the gate's check (0: off).")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
@@ -176,8 +180,9 @@ class RunConfig(BaseModel):
     def _check(self) -> RunConfig:
         from flywheel.verifiers.envs import env_names  # discovers the env folders without importing them
 
-        if self.env not in env_names():
-            raise ValueError(f"--env {self.env!r} is not an env; choose one of {', '.join(env_names())}")
+        for env in (self.env, *self.capability_envs):
+            if env not in env_names():
+                raise ValueError(f"--env {env!r} is not an env; choose one of {', '.join(env_names())}")
         return self
 
 

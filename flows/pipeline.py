@@ -124,10 +124,32 @@ def _checkpoint(config: RunConfig, grpo: TrainResult) -> str:
     return f"GRPO checkpoint: {where}. Training flags: {flags}."
 
 
-def _promote(config: RunConfig, version: str, candidate_eval: str) -> PromoteResult:
+def _capability(config: RunConfig, adapter: str) -> dict[str, tuple[str, str]]:
+    """General capability: for each env the run does not train on, a small dataset and the base model's and the
+    candidate's evals on the same held-out tasks (greedy, like every eval of the run): env -> (baseline, candidate)."""
+    out: dict[str, tuple[str, str]] = {}
+    for env in config.capability_envs if config.capability_tasks else ():
+        if env == config.env:
+            continue
+        dataset = run_generate(GenerateConfig(env=env, n=max(20, 6 * config.capability_tasks), seed=config.seed,
+                                              out=str(Path(config.out) / "datasets"), workers=config.workers,
+                                              dask_address=config.dask_address)).version_dir
+        folders = []
+        for name, model in (("baseline", None), ("candidate", adapter)):
+            folder = str(Path(config.out) / "capability" / env / name)
+            eval_policy(EvalConfig(dataset=dataset, out=folder, model=model, limit=config.capability_tasks,
+                                   seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature,
+                                   prefix_cache=config.prefix_cache))
+            folders.append(folder)
+        out[env] = (folders[0], folders[1])
+    return out
+
+
+def _promote(config: RunConfig, version: str, candidate_eval: str,
+             capability: dict[str, tuple[str, str]]) -> PromoteResult:
     args = {"registry": str(Path(config.out) / "registry"), "ref": version,
             "baseline_eval": str(Path(config.out) / "eval-baseline"), "candidate_eval": candidate_eval,
-            "config": GateConfig(seed=config.seed)}
+            "config": GateConfig(seed=config.seed), "capability": capability}
     if config.gpu_pool:
         return downstream(PROMOTE_DEPLOYMENT, None, args, PromoteResult)  # promotion needs no GPU: any pool
     return promote_model(**args)
@@ -177,12 +199,16 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent, (skip, limit))
     evals["after GRPO"] = _eval_of(stages["grpo"])
     pick, grpo_vs_sft, why = _pick(config, stages)
-    gate = _promote(config, stages[pick].version or "", stages[pick].eval or "")
+    capability = _capability(config, stages[pick].adapter)
+    gate = _promote(config, stages[pick].version or "", stages[pick].eval or "", capability)
+    others = ", ".join(f"{c.scope} {c.baseline:.3f} -> {c.candidate:.3f}{'' if c.passed else ' (REGRESSED)'}"
+                       for c in gate.checks if c.name == "capability_success") or "not checked"
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
             f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
             f"bootstrap intervals over tasks.\n\n{table(evals)}\n"
             f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'])}\n\nCandidate: {why}.\n\n"
+            f"General capability (held-out success on envs not trained on, base -> candidate): {others}.\n\n"
             f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
             f"{gate.version if gate.event else 'unchanged'}\n")

@@ -89,17 +89,20 @@ def production_eval(reg: Registry) -> Path:
 
 @flow(name="promote", persist_result=True)
 def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: str, config: GateConfig,
-                  override: str | None = None) -> PromoteResult:
+                  override: str | None = None, capability: dict[str, tuple[str, str]] | None = None) -> PromoteResult:
+    """``capability``: env -> (baseline eval, candidate eval) on envs the candidate was not trained on."""
     reg = Registry(registry)
     version = reg.version(ref)
     base_report, base, _, cand = load_evals(baseline_eval, candidate_eval)
-    result = gate(base, cand, config)
+    others = {env: load_evals(b, c)[1::2] for env, (b, c) in (capability or {}).items()}
+    result = gate(base, cand, config, others)
     names = {"baseline": f"{base_report.model['ref']} ({baseline_eval})",
              "candidate": f"{version.id} ({candidate_eval})"}
     text = markdown(result, names) + (f"\nOverride: {override}\n" if override and not result.passed else "")
     gates = Path(registry) / "gates"
     stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{version.id}-{os.getpid()}"
     payload = {"version": version.id, "baseline_eval": baseline_eval, "candidate_eval": candidate_eval,
+               "capability": capability or {},
                "config": config.model_dump(), "result": result.model_dump(), "override": override}
     write_text_atomic(gates / f"{stem}.json", json.dumps(payload, indent=2) + "\n")
     write_text_atomic(gates / f"{stem}.md", text)
@@ -110,4 +113,4 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     event = reg.promote(version.id, gate_info, override) if result.passed or override else None
     return PromoteResult(version=version.id, passed=result.passed, failures=result.failures(),
                          success_delta=result.success_delta, success_ci=result.success_ci,
-                         report=str(gates / f"{stem}.md"), event=event)
+                         report=str(gates / f"{stem}.md"), event=event, checks=result.checks)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from flywheel.flows.config import RunConfig
 from flywheel.schemas import Metric
 from flywheel.schemas.registry import Event
-from flywheel.tasks.release.gate import Delta
+from flywheel.tasks.release.gate import Check, Delta
 
 
 class Result(BaseModel):
@@ -107,6 +107,7 @@ class PromoteResult(Result):
     success_ci: tuple[float, float]
     report: str
     event: Event | None = None
+    checks: list[Check] = []
 
 
 class IngestResult(Result):

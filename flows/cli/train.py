@@ -95,6 +95,7 @@ def run_(
     num_generations: int = option(RunConfig, "num_generations"),
     refill: int = option(RunConfig, "refill"),
     validation_tasks: int = option(RunConfig, "validation_tasks"),
+    capability_tasks: int = option(RunConfig, "capability_tasks"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),
     curriculum_tasks: int = option(RunConfig, "curriculum_tasks"),
     max_tokens: int = option(RunConfig, "max_tokens"),
@@ -111,7 +112,7 @@ def run_(
                            grpo_steps=grpo_steps, sft_batch_size=sft_batch_size, sft_learning_rate=sft_learning_rate,
                            grpo_learning_rate=grpo_learning_rate, num_generations=num_generations, refill=refill,
                            curriculum_samples=curriculum_samples, curriculum_tasks=curriculum_tasks,
-                           validation_tasks=validation_tasks,
+                           validation_tasks=validation_tasks, capability_tasks=capability_tasks,
                            max_tokens=max_tokens, train_limit=train_limit, gpu_pool=gpu_pool,
                            dask_address=dask_address, prefix_cache=prefix_cache)
         summary = with_progress(lambda: run_pipeline(config))

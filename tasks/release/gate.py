@@ -10,6 +10,8 @@ Contract (pure; deterministic for a given bootstrap seed):
   depends on what else the machine runs (the same run passed on idle cores and failed under load), tokens do not,
   and for one base model a call's time is its tokens times a per-token time the adapter does not change. p95
   latency is still reported, as a check that does not gate (``gated=False``).
+- General capability (``others``: env -> baseline and candidate rollouts on that env's held-out tasks, envs the
+  candidate was not trained on): success may not fall by more than ``capability_margin``, per env.
 - ``GateResult.passed`` is True only when every check passes; every number is kept for the gate report.
 """
 
@@ -36,6 +38,8 @@ class GateConfig(BaseModel):
     cost_margin: float = Field(default=0.25, ge=0.0, description="allowed relative rise of the p95 of completion "
                                "tokens per model call")
     min_tool_rollouts: int = Field(default=10, ge=1, description="per-tool guard rails only on tools with this many")
+    capability_margin: float = Field(default=0.05, ge=0.0, le=1.0, description="allowed fall of held-out success on "
+                                     "an env the candidate was not trained on")
     bootstrap: int = Field(default=2000, ge=100)
     seed: int = 0
 
@@ -121,14 +125,28 @@ def success_delta(frame: pl.DataFrame, cfg: GateConfig) -> Delta:
     return Delta(delta=float(diff.mean()), ci_low=lo, ci_high=hi, n_tasks=len(diff))
 
 
-def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig) -> GateResult:
+def capability(others: dict[str, tuple[pl.DataFrame, pl.DataFrame]], cfg: GateConfig) -> list[Check]:
+    """General capability: on each env the candidate was not trained on (baseline and candidate rollouts of the same
+    held-out tasks), success may not fall by more than ``capability_margin``."""
+    checks = []
+    for env, (base, cand) in sorted(others.items()):
+        frame = paired(base, cand)
+        b, c = _rate(frame, "success") or 0.0, _rate(frame, "success_cand") or 0.0
+        ok = c >= b - cfg.capability_margin - 1e-12
+        checks.append(Check(name="capability_success", scope=env, baseline=round(b, 4), candidate=round(c, 4),
+                            limit=f">= baseline - {cfg.capability_margin}", passed=ok))
+    return checks
+
+
+def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig,
+         others: dict[str, tuple[pl.DataFrame, pl.DataFrame]] | None = None) -> GateResult:
     frame = paired(baseline, candidate)
     d = success_delta(frame, cfg)
     lo, hi = d.ci_low, d.ci_high
     improve = Check(name="success_rate_delta", scope="overall", baseline=_rate(frame, "success"),
                     candidate=_rate(frame, "success_cand"), limit="paired 95% CI of the difference above 0",
                     passed=lo > 0)
-    checks = [improve, *_guards(frame, "overall", cfg)]
+    checks = [improve, *_guards(frame, "overall", cfg), *capability(others or {}, cfg)]
     for tool in sorted(frame["tool"].unique().to_list()):
         part = frame.filter(pl.col("tool") == tool)
         if part.height >= cfg.min_tool_rollouts:

@@ -21,7 +21,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
-           "--curriculum-tasks", "4"]
+           "--curriculum-tasks", "4", "--capability-tasks", "2"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]
@@ -68,6 +68,13 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert Path(lineage["eval_report_path"]).is_file() and lineage["ancestry"][0]["id"] == sft.id
     assert Path(lineage["ancestry"][0]["eval_report"]).is_file() and lineage["ancestry"][0]["method"] == "sft"
     assert gate["version"] == picked.id
+    # general capability: the base model and the candidate on held-out math and cli tasks, checked per env
+    capability = {c["scope"]: c for c in gate["result"]["checks"] if c["name"] == "capability_success"}
+    assert set(capability) == {"math", "cli"} and set(gate["capability"]) == {"math", "cli"}
+    for env, (base, cand) in gate["capability"].items():
+        b, c = (pl.read_parquet(Path(f) / "rollouts.parquet") for f in (base, cand))
+        assert b.height == c.height == 2 and capability[env]["baseline"] == b["success"].mean()
+    assert "General capability (held-out success on envs not trained on" in result.stdout
     assert gate["candidate_eval"] == summary["stages"][summary["promoted_stage"]]["eval"]
 
 
@@ -85,7 +92,8 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
            "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
-           "--max-tokens", "16", "--train-limit", "2", "--refill", "1", "--curriculum-samples", "0"]
+           "--max-tokens", "16", "--train-limit", "2", "--refill", "1", "--curriculum-samples", "0",
+           "--capability-tasks", "0"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]

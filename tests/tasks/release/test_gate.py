@@ -74,3 +74,16 @@ def test_evals_of_different_rollouts_are_refused() -> None:
     other = _rollouts(BASE).with_columns(pl.col("seed") + 1)
     with pytest.raises(GateError, match="same dataset version"):
         gate(_rollouts(BASE), other, GateConfig())
+
+
+def test_a_candidate_that_loses_general_capability_is_rejected_per_env() -> None:
+    """Better on its own env, but worse on an env it was not trained on: rejected, and the report says which env;
+    a fall within the margin passes."""
+    better = BASE | (np.arange(200) % 2 == 0)
+    other = np.random.default_rng(1).random(200) < 0.5
+    slipped = other & (np.arange(200) % 5 != 0)  # a fifth of its successes lost
+    others = {"math": (_rollouts(other), _rollouts(slipped)), "cli": (_rollouts(other), _rollouts(other))}
+    result = gate(_rollouts(BASE), _rollouts(better), GateConfig(), others)
+    assert not result.passed and [f.split(":")[0] for f in result.failures()] == ["capability_success (math)"]
+    assert {c.scope for c in result.checks if c.name == "capability_success"} == {"math", "cli"}
+    assert gate(_rollouts(BASE), _rollouts(better), GateConfig(capability_margin=0.2), others).passed
