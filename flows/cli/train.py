@@ -82,6 +82,8 @@ def train(
 
 @app.command("run")
 def run_(
+    ctx: typer.Context,
+    profile: str = option(RunConfig, "profile"),
     out: Path = option(RunConfig, "out"),
     seed: int = option(RunConfig, "seed"),
     env: str = option(RunConfig, "env"),
@@ -105,16 +107,16 @@ def run_(
     prefix_cache: bool = option(RunConfig, "prefix_cache"),
 ) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
+    values = {k: v for k, v in locals().items() if k != "ctx"}  # first: every option's value, nothing else yet
     from flywheel.flows.pipeline import run_pipeline
 
+    # only the options given: the rest come from the --profile preset, then from RunConfig's defaults (typer's
+    # vendored click has its own ParameterSource enum: compare by name)
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()
+             if getattr(ctx.get_parameter_source(k), "name", "") in ("COMMANDLINE", "ENVIRONMENT")}
     try:
-        config = RunConfig(out=str(out), seed=seed, env=env, n=n, eval_limit=eval_limit, sft_steps=sft_steps,
-                           grpo_steps=grpo_steps, sft_batch_size=sft_batch_size, sft_learning_rate=sft_learning_rate,
-                           grpo_learning_rate=grpo_learning_rate, num_generations=num_generations, refill=refill,
-                           curriculum_samples=curriculum_samples, curriculum_tasks=curriculum_tasks,
-                           validation_tasks=validation_tasks, capability_tasks=capability_tasks,
-                           max_tokens=max_tokens, train_limit=train_limit, gpu_pool=gpu_pool,
-                           dask_address=dask_address, prefix_cache=prefix_cache)
+        config = RunConfig(**given)
+        out = Path(config.out)
         summary = with_progress(lambda: run_pipeline(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))

@@ -254,7 +254,7 @@ def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
 
 
 def test_ingest_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
-    tool, workplace = _tiny_dataset(tmp_path / "ds", "tool_call"), _tiny_dataset(tmp_path / "ds", "workplace")
+    tool = _tiny_dataset(tmp_path / "ds", "tool_call")  # (every env with a tool catalog can be ingested now)
     trajectories = tmp_path / "t.jsonl"
     trajectories.write_bytes((ROOT / "datasets/examples/trajectories.jsonl").read_bytes().splitlines()[0] + b"\n"
                              + b'{"id": "x\xff", "messages": []}\n')
@@ -262,9 +262,6 @@ def test_ingest_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
               f"error: --trajectories {tmp_path / 'missing.jsonl'}: no such file"),
              ([str(trajectories), str(tool)],
               f"error: {trajectories}:2: <record>: Invalid JSON: invalid unicode code point"),
-             ([str(trajectories), str(workplace)],
-              f"error: --dataset {workplace} is a workplace dataset; ingest supports "
-              "tool_call"),
              ([str(trajectories), str(tmp_path)], f"error: --dataset {tmp_path} is not a published version folder "
                                                   "(no manifest.json)")]
     for (src, dataset), message in cases:
@@ -276,7 +273,12 @@ def test_ingest_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
 def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
     cases = [(["--n", "100000000000"], "error: --n: Input should be less than or equal to 10000000"),
              (["--seed", str(2**40)], "error: --seed: Input should be less than or equal to 4294967295"),
-             (["--grpo-steps", "100000000000"], "error: --grpo-steps: Input should be less than or equal to 100000")]
+             (["--grpo-steps", "100000000000"], "error: --grpo-steps: Input should be less than or equal to 100000"),
+             (["--profile", "huge"], "error: --profile: Input should be 'default' or 'full'"),
+             (["--profile", "full", "--n", "5"], "error: --n: Input should be greater than or equal to 20"),
+             (["--env", "nope"], "error: --env 'nope' is not an env; choose one of cli, code, math, sql, tool_call, "
+                                 "workplace"),
+             (["--refill", "-1"], "error: --refill: Input should be greater than or equal to 0")]
     for args, message in cases:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
         assert code == 1 and _one_error(output) == message, (args, output)
