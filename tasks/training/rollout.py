@@ -39,6 +39,14 @@ from flywheel.tasks.inference.protocol import batch_seed
 Group = tuple[Task, list[dict[str, Any]]]  # a task and its G samples (each with a "reward")
 
 
+def prompt(task: Task) -> list[dict[str, str]]:
+    """A single-turn task's prompt as evaluation renders it (tools in the system turn): SFT, GRPO and the rollouts."""
+    from flywheel.tasks.agents.agent import openai_tools
+    from flywheel.tasks.inference.policy import as_text_chat
+
+    return as_text_chat([m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task), agent=False)
+
+
 class Rollouts:
     def __init__(self, tokenizer: Any, seed: int, prefix_cache: bool) -> None:
         self.tokenizer, self.seed, self.prefix_cache = tokenizer, seed, prefix_cache
@@ -114,7 +122,6 @@ def distinct(prompts: list[Any], by_prompt: dict[str, Task]) -> tuple[list[Task]
 
 def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: bool = True,
                  refill: int = 0) -> tuple[Callable[..., Any], Rollouts, Refill]:
-    from flywheel.tasks.training.train import prompt
     from flywheel.verifiers.envs import get_env
 
     by_prompt = {json.dumps(prompt(t)): t for t in tasks}

@@ -35,10 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flywheel.schemas import Task
 from flywheel.schemas.records import MAX_SEED
-from flywheel.tasks.agents.agent import openai_tools
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.inference.policy import as_text_chat
+from flywheel.tasks.training.rollout import prompt
 from flywheel.tasks.training.selection import Best
 from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 from flywheel.verifiers.envs import env_names, get_env
@@ -119,9 +118,6 @@ class TrainConfig(BaseModel):
                                  f"{len(ids)} train tasks always or never solved (check --skip-tasks and --limit)")
         return self
 
-
-def prompt(task: Task) -> list[dict[str, str]]:
-    return as_text_chat([m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task), agent=False)
 
 
 def sft_rows(tasks: list[Task]) -> list[dict[str, Any]]:
