@@ -171,8 +171,9 @@ class RunConfig(BaseModel):
     curriculum_tasks: int = Field(default=32, ge=1, le=MAX_ROWS, description="Train tasks the curriculum samples "
                                   "(the first N by id; GRPO trains on their mixed ones).")
     validation_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
-                                  "last N by id) for checks every half of --grpo-steps; the best checkpoint on them "
-                                  "is kept, never chosen on the gate's held-out tasks (0: the last checkpoint).")
+                                  "last N by id, at most a quarter of train) for checks every half of --grpo-steps; "
+                                  "the best checkpoint on them is kept, never chosen on the gate's held-out tasks "
+                                  "(0: the last checkpoint).")
     capability_envs: tuple[str, ...] = Field(default=("math", "cli"), description="General capability: envs the "
                                              "model is not trained on, whose held-out success the gate checks.")
     capability_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="Held-out tasks per capability env "

@@ -92,7 +92,7 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
                         max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
                         eval_interval=0 if sft or not config.validation_tasks else max(1, config.grpo_steps // 2),
-                        validation=0 if sft else config.validation_tasks,
+                        validation=0 if sft else validation_size(config, dataset),
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
                         prefix_cache=config.prefix_cache)
     if config.gpu_pool:
@@ -117,9 +117,17 @@ def _pick(config: RunConfig, stages: dict[str, TrainResult]) -> tuple[str, Delta
     return "sft", d, f"GRPO is not better than its SFT parent ({figures}): the SFT version goes to the gate"
 
 
-def _checkpoint(config: RunConfig, grpo: TrainResult) -> str:
-    where = (f"step {grpo.selected_step} of {config.grpo_steps}, the best on {config.validation_tasks} validation "
-             "tasks held apart from train" if config.validation_tasks else f"the last ({config.grpo_steps} steps)")
+def validation_size(config: RunConfig, dataset: str) -> int:
+    """--validation-tasks, at most a quarter of the train split (a small dataset keeps most of its tasks to train)."""
+    from flywheel.tasks.data.publish import read_manifest
+
+    return min(config.validation_tasks, read_manifest(Path(dataset)).counts.get("train", 0) // 4)
+
+
+def _checkpoint(config: RunConfig, grpo: TrainResult, dataset: str) -> str:
+    size = validation_size(config, dataset)
+    where = (f"step {grpo.selected_step} of {config.grpo_steps}, the best on {size} validation tasks held apart "
+             "from train" if size and config.validation_tasks else f"the last ({config.grpo_steps} steps)")
     flags = "; ".join(f"{f['flag']} at step {f['step']} ({f['detail']})" for f in grpo.flags) or "none"
     return f"GRPO checkpoint: {where}. Training flags: {flags}."
 
@@ -207,7 +215,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
             f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
             f"bootstrap intervals over tasks.\n\n{table(evals)}\n"
-            f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'])}\n\nCandidate: {why}.\n\n"
+            f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'], dataset)}\n\nCandidate: {why}.\n\n"
             f"General capability (held-out success on envs not trained on, base -> candidate): {others}.\n\n"
             f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "

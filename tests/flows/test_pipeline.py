@@ -93,7 +93,7 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
            "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "16", "--train-limit", "2", "--refill", "1", "--curriculum-samples", "0",
-           "--capability-tasks", "0"]
+           "--capability-tasks", "0", "--validation-tasks", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
@@ -109,6 +109,7 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
     assert grpo[0]["groups"] == 1 and grpo[0]["groups_dropped"] <= 1  # online filtering: at most one redraw
+    assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] == 1  # agent episodes checked
     reg = Registry(summary["registry"])
     assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}
     gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
