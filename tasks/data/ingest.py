@@ -26,6 +26,7 @@ from pydantic import Field, ValidationError
 
 from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
 from flywheel.schemas.records import Record
+from flywheel.tasks.data.ingest_episodes import rescore_episode, scored
 from flywheel.tasks.data.seeds import first_error
 from flywheel.verifiers import get_verifier
 from flywheel.verifiers.envs import env_names, get_env
@@ -125,8 +126,6 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = No
     if env is not None and traj.env != env:
         return row | {"bucket": "other_env", "detail": f"a {traj.env} trajectory; this dataset is {env}"}
     if get_env(traj.env).multi_turn:  # an episode: replayed whole (ingest_episodes.py)
-        from flywheel.tasks.data.ingest_episodes import rescore_episode
-
         return rescore_episode(traj, catalog, row)
     user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
     action = agent_completion(traj)
@@ -148,10 +147,5 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = No
     own = verifier.verify(task, canonical_json({"tool": calls[0].tool, "args": calls[0].args}))
     if own.reward != 1.0:  # a correction the verifier itself rejects would make an unpassable task
         return row | {"bucket": "invalid_reference", "detail": f"the expected call scores {own.reward}: {own.details}"}
-    verdict = verifier.verify(task, action[1])
-    passed = verdict.reward == 1.0
-    row |= {"bucket": "passed" if passed else verdict.failure_class or "failed", "reward": verdict.reward,
-            "detail": verdict.details, "disagrees": passed and traj.outcome.success is False, "prompt": user}
-    if not passed:
-        row["task"] = task.model_dump_json()
-    return row
+    return scored(row, traj, task, verifier.verify(task, action[1]), user)
+

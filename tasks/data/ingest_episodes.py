@@ -45,6 +45,17 @@ def expected_episode(traj: Any) -> tuple[ToolCall, ...]:
     return ()
 
 
+def scored(row: dict[str, Any], traj: Any, task: Task, verdict: Any, user: str) -> dict[str, Any]:
+    """The row of a trajectory the current verifier scored (single- or multi-turn): its bucket, and the regression
+    task when it failed."""
+    passed = verdict.reward == 1.0
+    row |= {"bucket": "passed" if passed else verdict.failure_class or "failed", "reward": verdict.reward,
+            "detail": verdict.details, "disagrees": passed and traj.outcome.success is False, "prompt": user}
+    if not passed:
+        row["task"] = task.model_dump_json()
+    return row
+
+
 def rescore_episode(traj: Any, catalog: dict[str, ToolSpec], row: dict[str, Any]) -> dict[str, Any]:
     spec = get_env(traj.env)
     user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
@@ -75,10 +86,4 @@ def rescore_episode(traj: Any, catalog: dict[str, ToolSpec], row: dict[str, Any]
     if problem is not None:
         return row | {"bucket": "invalid_reference", "detail": f"{problem[0]}: {problem[1]}"[:300]}
     episode = json.dumps([m.model_dump(exclude_none=True) for m in traj.messages])
-    verdict = spec.verify(task, episode)
-    passed = verdict.reward == 1.0
-    row |= {"bucket": "passed" if passed else verdict.failure_class or "failed", "reward": verdict.reward,
-            "detail": verdict.details, "disagrees": passed and traj.outcome.success is False, "prompt": user}
-    if not passed:
-        row["task"] = task.model_dump_json()
-    return row
+    return scored(row, traj, task, spec.verify(task, episode), user)
