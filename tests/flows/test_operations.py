@@ -157,7 +157,8 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
 
     out = Path(stack["home"]) / "runs" / "tiny"
     params = {"out": str(out), "n": 40, "eval_limit": 4, "sft_steps": 2, "grpo_steps": 1, "num_generations": 2,
-              "max_tokens": 16, "gpu_pool": "gpu"}
+              "max_tokens": 16, "gpu_pool": "gpu", "curriculum_samples": 2, "curriculum_tasks": 4,
+              "validation_tasks": 2, "capability_tasks": 2, "refill": 0}
     run = _wait(stack, _trigger(stack, "flywheel-run/end-to-end", params).id, timeout=900)
     assert run.state.is_completed(), run.state.message
     with _client(stack) as client:
@@ -168,7 +169,7 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
     assert launched == ["gate@cpu", "gpu@gpu", "gpu@gpu"]  # SFT and GRPO on the gpu pool, then the gate
     summary = json.loads((out / "summary.json").read_text())
     assert (set(summary["stages"]) == {"sft", "grpo"}
-            and summary["gate"]["version"] == summary["stages"]["grpo"]["version"])
+            and summary["gate"]["version"] == summary["stages"][summary["promoted_stage"]]["version"])
     assert (out / "registry").is_dir() and "gate-report" in _artifacts(stack, next(
         c.id for c in children if deployments.get(c.deployment_id) == "gate@cpu"))
 
