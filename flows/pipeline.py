@@ -83,7 +83,7 @@ def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str
 def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
            parent: str | None, skip: tuple[str | None, int | None] = (None, None)) -> TrainResult:
     out = Path(config.out)
-    sft = method == "sft"
+    sft, validation = method == "sft", validation_size(config, dataset)
     train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, skip_tasks=skip[0],
                         limit=skip[1] if skip[0] else config.train_limit,
                         max_steps=config.sft_steps if sft else config.grpo_steps,
@@ -91,8 +91,8 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
                         max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
-                        eval_interval=0 if sft or not config.validation_tasks else max(1, config.grpo_steps // 2),
-                        validation=0 if sft else validation_size(config, dataset),
+                        eval_interval=0 if sft or not validation else max(1, config.grpo_steps // 2),
+                        validation=validation,  # SFT never trains on the slice either
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
                         prefix_cache=config.prefix_cache)
     if config.gpu_pool:
