@@ -129,8 +129,8 @@ class EvalConfig(BaseModel):
         return self
 
 
-FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 100, "grpo_steps": 16, "curriculum_tasks": 64,
-                "validation_tasks": 32, "capability_tasks": 32}  # sized for about an hour on 2 CPU cores
+FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 100, "grpo_steps": 16, "grpo_learning_rate": 1e-4,
+                "curriculum_tasks": 64, "validation_tasks": 32, "capability_tasks": 32}  # about an hour on 2 cores
 
 
 class RunConfig(BaseModel):

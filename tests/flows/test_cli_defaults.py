@@ -65,3 +65,13 @@ def test_deployment_entry_defaults_are_the_models(entry, model) -> None:
         checked += 1
     assert checked >= 3
     assert inspect.signature(generate_entry.fn).parameters["n"].default == RunConfig.model_fields["n"].default
+
+
+def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
+    from flywheel.flows.config import FULL_PROFILE, RunConfig
+
+    full = RunConfig(profile="full")
+    assert {k: getattr(full, k) for k in FULL_PROFILE} == FULL_PROFILE and full.eval_limit >= 200
+    assert RunConfig(profile="full", eval_limit=300, grpo_steps=2).model_dump(include={"eval_limit", "grpo_steps"}) \
+        == {"eval_limit": 300, "grpo_steps": 2}
+    assert RunConfig().eval_limit == 48 and RunConfig().grpo_learning_rate == 3e-5  # the default profile is untouched
