@@ -18,7 +18,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,7 +25,7 @@ from pydantic import Field, ValidationError
 
 from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
 from flywheel.schemas.records import Record
-from flywheel.tasks.data.ingest_episodes import rescore_episode, scored
+from flywheel.tasks.data.ingest_episodes import rescore_episode, scored, tool_call, tool_names
 from flywheel.tasks.data.seeds import first_error
 from flywheel.verifiers import get_verifier
 from flywheel.verifiers.envs import env_names, get_env
@@ -83,19 +82,12 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     return out
 
 
-def _call(tool_call: dict[str, Any]) -> ToolCall:
-    """An OpenAI tool call ({"function": {"name", "arguments": JSON text}}) as a ToolCall."""
-    fn = tool_call.get("function", tool_call)
-    args = fn.get("arguments", {})
-    return ToolCall(tool=fn["name"], args=json.loads(args) if isinstance(args, str) else args)
-
-
 def agent_completion(traj: Trajectory) -> tuple[int, str] | None:
     """The first assistant message (index, completion text as the policy would have written it)."""
     for i, m in enumerate(traj.messages):
         if m.role == "assistant":
             if m.tool_calls:
-                call = _call(m.tool_calls[0])
+                call = tool_call(m.tool_calls[0])
                 return i, canonical_json({"tool": call.tool, "args": call.args})
             return i, m.content or ""
     return None
@@ -104,16 +96,11 @@ def agent_completion(traj: Trajectory) -> tuple[int, str] | None:
 def expected_calls(traj: Trajectory) -> tuple[ToolCall, ...]:
     fixes = [iv for iv in traj.interventions if iv.kind == "correction" and iv.tool_calls]
     if fixes:
-        return tuple(_call(c) for c in fixes[0].tool_calls)
+        return tuple(tool_call(c) for c in fixes[0].tool_calls)
     first = next((m for m in traj.messages if m.role == "assistant"), None)
     if traj.outcome.success and not traj.interventions and first is not None and first.tool_calls:
-        return tuple(_call(c) for c in first.tool_calls)
+        return tuple(tool_call(c) for c in first.tool_calls)
     return ()
-
-
-def _tool_names(traj: Trajectory, calls: tuple[ToolCall, ...]) -> list[str]:
-    offered = [t.get("function", t).get("name") for t in traj.tools]
-    return list(dict.fromkeys([n for n in offered if n] + [c.tool for c in calls]))
 
 
 def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = None) -> dict[str, Any]:
@@ -128,20 +115,23 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = No
     if get_env(traj.env).multi_turn:  # an episode: replayed whole (ingest_episodes.py)
         return rescore_episode(traj, catalog, row)
     user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
-    action = agent_completion(traj)
     try:
-        calls = expected_calls(traj)
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        return row | {"bucket": "no_reference", "detail": f"unreadable corrected call: {exc}"}
+        action, calls = agent_completion(traj), expected_calls(traj)
+    except ValueError as exc:  # pydantic's ValidationError and JSONDecodeError are ValueErrors
+        return row | {"bucket": "no_reference", "detail": f"unreadable call: {exc}"[:300]}
     if not calls or user is None or action is None:
         return row | {"bucket": "no_reference",
                       "detail": "no user request, agent action, correction or successful outcome"}
-    unknown = [n for n in _tool_names(traj, calls) if n not in catalog]
+    try:
+        names = tool_names(traj.tools, calls)
+    except ValueError as exc:
+        return row | {"bucket": "unknown_tool", "detail": str(exc)[:300]}
+    unknown = [n for n in names if n not in catalog]
     if unknown:
         return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}
     messages = (Message(role="system", content=get_env(traj.env).system_prompt), Message(role="user", content=user))
     task = Task(env=traj.env, messages=messages,
-                tools=tuple(catalog[n] for n in _tool_names(traj, calls)), reference=Reference(calls=calls),
+                tools=tuple(catalog[n] for n in names), reference=Reference(calls=calls),
                 meta=TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression"))
     verifier = get_verifier(traj.env)
     own = verifier.verify(task, canonical_json({"tool": calls[0].tool, "args": calls[0].args}))

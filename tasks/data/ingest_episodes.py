@@ -24,13 +24,31 @@ from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolS
 from flywheel.verifiers.envs import get_env
 
 
+def tool_call(tc: Any) -> ToolCall:
+    """An OpenAI tool call (``{"function": {"name", "arguments": JSON object text}}``) as a ToolCall; anything else
+    raises ValueError saying what is wrong (a crafted line is a bucketed row, never a crashed ingest)."""
+    fn = tc.get("function", tc) if isinstance(tc, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise ValueError(f"not an OpenAI tool call (no function name): {json.dumps(tc, default=str)[:120]}")
+    args = fn.get("arguments", {})
+    return ToolCall(tool=fn["name"], args=json.loads(args) if isinstance(args, str) else args)
+
+
+def tool_names(tools: Any, calls: Any) -> list[str]:
+    """The tools a trajectory offered (named entries, in order), then those its expected calls use; an entry that
+    is not an OpenAI tool (``{"function": {"name": ...}}``) raises ValueError."""
+    offered = []
+    for t in tools:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else 0  # a tool entry without a name is left out
+        if not isinstance(name, str | None):
+            raise ValueError(f"unreadable tool entry: {json.dumps(t, default=str)[:120]}")
+        offered += [name] if name else []
+    return list(dict.fromkeys(offered + [c.tool for c in calls]))
+
+
 def _calls(tool_calls: Any) -> list[ToolCall]:
-    out = []
-    for tc in tool_calls or ():
-        fn = tc.get("function", tc)
-        args = fn.get("arguments", {})
-        out.append(ToolCall(tool=fn["name"], args=json.loads(args) if isinstance(args, str) else args))
-    return out
+    return [tool_call(tc) for tc in tool_calls or ()]
 
 
 def expected_episode(traj: Any) -> tuple[ToolCall, ...]:
@@ -64,12 +82,14 @@ def rescore_episode(traj: Any, catalog: dict[str, ToolSpec], row: dict[str, Any]
                                                           "state when it started, to replay the episode"}
     try:
         calls = expected_episode(traj)
-    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-        return row | {"bucket": "no_reference", "detail": f"unreadable corrected call: {exc!r}"[:300]}
+    except ValueError as exc:  # pydantic's ValidationError and JSONDecodeError are ValueErrors
+        return row | {"bucket": "no_reference", "detail": f"unreadable call: {exc}"[:300]}
     if not calls or user is None:
         return row | {"bucket": "no_reference", "detail": "no user request, correction or successful outcome"}
-    offered = [t.get("function", t).get("name") for t in traj.tools]
-    names = list(dict.fromkeys([n for n in offered if n] + [c.tool for c in calls]))
+    try:
+        names = tool_names(traj.tools, calls)
+    except ValueError as exc:
+        return row | {"bucket": "unknown_tool", "detail": str(exc)[:300]}
     unknown = [n for n in names if n not in catalog]
     if unknown:
         return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}

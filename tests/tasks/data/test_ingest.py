@@ -91,3 +91,40 @@ def test_a_bad_line_fails_with_its_number_and_writes_nothing(tool_dataset, tmp_p
     with pytest.raises(IngestError, match=message):
         ingest_trajectories(IngestConfig(trajectories=str(tmp_path / "t.jsonl"), dataset=str(src)))
     assert [p.name for p in src.parent.iterdir()] == [src.name]
+
+
+CRAFTED = [  # (where, the crafted value, bucket): each is a row with a reason, never a crashed ingest
+    ("correction", {"function": {"name": "x", "arguments": "[1]"}}, "no_reference"),  # args not an object
+    ("correction", {"function": {"name": ["x"], "arguments": "{}"}}, "no_reference"),  # name not a string
+    ("correction", {"function": "x"}, "no_reference"),
+    ("correction", "x", "no_reference"),
+    ("correction", {"function": {"name": "x", "arguments": "{"}}, "no_reference"),  # args not JSON
+    ("action", {"function": {"name": "x", "arguments": "[1]"}}, "no_reference"),
+    ("tools", {"function": "x"}, "unknown_tool"),
+    ("tools", {"function": {"name": {"a": 1}}}, "unknown_tool"),
+    ("tools", 7, "unknown_tool"),
+]
+
+
+@pytest.mark.parametrize("env", ["tool_call", "workplace"])
+@pytest.mark.parametrize(("where", "value", "bucket"), CRAFTED)
+def test_crafted_calls_and_tools_are_bucketed_with_a_reason(env: str, where: str, value, bucket: str) -> None:
+    from flywheel.tasks.data.ingest import Trajectory, rescore
+    from flywheel.tasks.data.seeds import env_paths, load_tools
+
+    good = {"function": {"name": "send_email", "arguments": "{}"}}
+    line = {"id": "t", "env": env, "state": {} if env == "workplace" else None,
+            "messages": [{"role": "user", "content": "do it"},
+                         {"role": "assistant", "tool_calls": [value if where == "action" else good]}],
+            "interventions": [{"message_index": 1, "kind": "correction",
+                               "tool_calls": [value if where == "correction" else good]}],
+            "tools": [value] if where == "tools" else []}
+    try:
+        traj = Trajectory.model_validate(line)
+    except ValueError:  # the schema itself refuses it: also a clear error, never a crash mid-ingest
+        return
+    if where == "action" and env == "workplace":
+        bucket = "invalid_reference"  # an episode's own calls are replayed as text; the correction (an empty
+        # send_email here) is what must parse and replay
+    row = rescore(traj, load_tools(env_paths(env)[1]), env)
+    assert row["bucket"] == bucket and row["detail"] and row["task"] is None, row
