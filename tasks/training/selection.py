@@ -1,13 +1,16 @@
 """Checkpoint selection on a validation slice the gate never sees, and the flags of a training going wrong.
 
 Contract:
-- ``validation_split(frame, n)``: the last ``n`` train tasks by id are the validation slice (never trained on); the
-  periodic checks run on them (keys ``val_*``), so the gate's held-out tasks never choose a checkpoint.
-- ``Best(folder)``: ``keep(step, metrics, model)`` saves the model's adapter to ``folder/best-adapter`` (a temp
-  folder renamed in) and then ``folder/best.json`` when its validation success (then reward) beats the best so far;
-  ``drop_after(step)`` forgets a best from after the checkpoint a resumed run starts from; ``install(adapter)``
-  replaces the final adapter with the best one. The earliest checkpoint wins a tie.
-- ``drift_flags(rows)``: at the last check row, what went wrong since the previous check or the first step:
+- The validation slice is the last ``n`` train tasks by id (``train.load_tasks``; never trained on); the periodic
+  checks run on it (keys ``val_*``), so the gate's held-out tasks never choose a checkpoint.
+- ``Best(folder)``: ``keep(step, metrics, model)`` saves the model's adapter to ``folder/best-<step>`` (a temp
+  folder renamed in) and then lists it in ``folder/best.json`` when its validation success (then reward) beats the
+  best so far; ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from (the best
+  before it is the best again); ``install(adapter)`` replaces the final adapter with the best one. The earliest
+  checkpoint wins a tie.
+- ``drift_flags(rows, at_end)``: at a check row (validation, or held-out without a validation slice) and at the
+  last step (``at_end``, so a run without checks is flagged too), what went wrong since the previous check or the
+  first step:
   ``reward_up_validation_down`` (the training reward rose while validation success fell), ``length_blowup`` (mean
   completion length more than doubled since the first steps), ``format_drift`` (the invalid-output rate rose by more
   than 0.1 on the checks or 0.2 in training). Each flag is ``{"flag", "step", "detail"}``.
@@ -26,38 +29,55 @@ from flywheel.tasks.files import write_text_atomic
 
 
 class Best:
+    """The validation checks that beat every earlier one, each with its adapter (``best-<step>/``), listed in
+    ``best.json``; the last is the best. Earlier bests stay on disk, so a run resumed from a checkpoint before the
+    latest best falls back to the best it had at that checkpoint, as the uninterrupted run did."""
+
     def __init__(self, folder: Path) -> None:
-        self.folder, self.record = folder, None
-        if (folder / "best.json").is_file() and (folder / "best-adapter").is_dir():
-            self.record = json.loads((folder / "best.json").read_text(encoding="utf-8"))
+        self.folder = folder
+        path = folder / "best.json"
+        bests = json.loads(path.read_text(encoding="utf-8"))["bests"] if path.is_file() else []
+        self.bests: list[dict[str, Any]] = [b for b in bests if self._dir(b["step"]).is_dir()]
+
+    def _dir(self, step: int) -> Path:
+        return self.folder / f"best-{step}"
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        return self.bests[-1] if self.bests else None
+
+    def _write(self) -> None:
+        write_text_atomic(self.folder / "best.json", json.dumps({"bests": self.bests}) + "\n")
 
     def drop_after(self, step: int) -> None:
-        if self.record and self.record["step"] > step:
-            self.record = None
-            (self.folder / "best.json").unlink(missing_ok=True)
+        """A resumed run starts from checkpoint ``step``: the bests recorded after it are not this run's."""
+        later = [b for b in self.bests if b["step"] > step]
+        self.bests = [b for b in self.bests if b["step"] <= step]
+        self._write()
+        for b in later:
+            shutil.rmtree(self._dir(b["step"]), ignore_errors=True)
 
     def keep(self, step: int, metrics: dict[str, float], model: Any) -> bool:
         score = (metrics["val_success"], metrics["val_reward"])
         if self.record and score <= (self.record["success"], self.record["reward"]):
-            return False
+            return False  # the earliest checkpoint wins a tie
         tmp = Path(tempfile.mkdtemp(prefix=".best-tmp-", dir=self.folder))
         try:
             model.save_pretrained(str(tmp))
-            (self.folder / "best.json").unlink(missing_ok=True)  # never a record naming another step's adapter
-            shutil.rmtree(self.folder / "best-adapter", ignore_errors=True)
-            os.replace(tmp, self.folder / "best-adapter")
+            shutil.rmtree(self._dir(step), ignore_errors=True)  # left by a run killed before it wrote best.json
+            os.replace(tmp, self._dir(step))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self.record = {"step": step, "success": score[0], "reward": score[1]}
-        write_text_atomic(self.folder / "best.json", json.dumps(self.record) + "\n")
+        self.bests.append({"step": step, "success": score[0], "reward": score[1]})
+        self._write()  # the record comes last: best.json never names an adapter that is not whole
         return True
 
     def install(self, adapter: Path) -> int | None:
         """Copy the best adapter's files over ``adapter`` (the config and tokenizer files stay); its step."""
         if self.record is None:
             return None
-        for src in (self.folder / "best-adapter").iterdir():
+        for src in self._dir(self.record["step"]).iterdir():
             tmp = adapter / f".{src.name}.tmp"
             shutil.copyfile(src, tmp)
             os.replace(tmp, adapter / src.name)
@@ -69,13 +89,15 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def drift_flags(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    checks = [i for i, r in enumerate(rows) if "val_success" in r]
-    if not checks or checks[-1] != len(rows) - 1:
+def drift_flags(rows: list[dict[str, Any]], at_end: bool = False) -> list[dict[str, Any]]:
+    last = rows[-1]
+    prefix = "val" if "val_success" in last else "heldout" if "heldout_success" in last else None
+    if prefix is None and not at_end:
         return []
-    last, step, flags = rows[-1], rows[-1]["step"], []
-    prev = checks[-2] if len(checks) > 1 else None
-    if prev is not None:
+    step, flags = last["step"], []
+    checks = [i for i, r in enumerate(rows) if f"{prefix}_success" in r] if prefix else []
+    if prefix == "val" and len(checks) > 1:  # validation only: the gate's held-out tasks never steer training
+        prev = checks[-2]
         before, since = _mean(rows[:prev + 1], "reward"), _mean(rows[prev + 1:], "reward")
         fell = last["val_success"] < rows[prev]["val_success"]
         if before is not None and since is not None and since > before and fell:
@@ -87,11 +109,12 @@ def drift_flags(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if start and now and now > 2 * start:
         flags.append({"flag": "length_blowup", "step": step,
                       "detail": f"mean completion length {start:.1f} -> {now:.1f} tokens"})
-    first_check = rows[checks[0]]
-    val_rise = last.get("val_invalid_rate", 0) - first_check.get("val_invalid_rate", 0)
+    key = f"{prefix}_invalid_rate"
+    first_check = rows[checks[0]] if checks else {}
+    check_rise = last.get(key, 0) - first_check.get(key, 0)
     start, now = _mean(rows[:first_n], "train_invalid_rate"), _mean(rows[-first_n:], "train_invalid_rate")
-    if val_rise > 0.1 or (start is not None and now is not None and now - start > 0.2):
+    if check_rise > 0.1 or (start is not None and now is not None and now - start > 0.2):
         flags.append({"flag": "format_drift", "step": step, "detail": (
-            f"validation invalid-output rate {first_check.get('val_invalid_rate', 0):.3f} -> "
-            f"{last.get('val_invalid_rate', 0):.3f}; training {start} -> {now}")})
+            f"{'validation' if prefix == 'val' else 'held-out'} invalid-output rate {first_check.get(key, 0):.3f} -> "
+            f"{last.get(key, 0):.3f}; training {start} -> {now}")})
     return flags

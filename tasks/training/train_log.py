@@ -12,8 +12,8 @@ Contract:
   trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
   and at the last step (never with interval 0) the held-out or validation metrics; with ``best``
   (``selection.Best``) a validation check that beats the best so far saves the adapter (``"best": true``), and a
-  check row carries the ``flags`` of ``selection.drift_flags``. ``notify`` (e.g. a Prefect logger) gets each line
-  too.
+  check row, and the last step's row, carry the ``flags`` of ``selection.drift_flags``. ``notify`` (e.g. a Prefect
+  logger) gets each line too.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class TrainLog(TrainerCallback):
         self.path, self.heldout, self.interval, self.notify, self.best = path, heldout, interval, notify, best
         self.counters = list(counters)  # objects whose take() gives the step's counts (rewards, rollout seconds)
         self.row: dict[str, Any] | None = None
+        self.at_end = False
         self.t0 = time.perf_counter()
         self.rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
 
@@ -107,6 +108,7 @@ class TrainLog(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         step = state.global_step
         self.row = {"step": step, "step_time_s": round(time.perf_counter() - self.t0, 3)}
+        self.at_end = step >= state.max_steps
         for counter in self.counters:
             self.row |= counter.take()
         if "rollout_s" in self.row:  # the rest of the step: rewards, log-probs, backward, optimizer
@@ -125,7 +127,7 @@ class TrainLog(TrainerCallback):
         line, self.row = {**keep, **self.row}, None
         from flywheel.tasks.training.selection import drift_flags
 
-        flags = drift_flags([*self.rows, line])
+        flags = drift_flags([*self.rows, line], self.at_end)
         if flags:
             line["flags"] = flags
         self.rows.append(line)

@@ -4,8 +4,6 @@ completion length blowing up and on the output format drifting, and stay quiet o
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -31,6 +29,10 @@ def _bump(model, value: float) -> None:
                 p.fill_(value)
 
 
+def _adapter(folder) -> bytes:
+    return (folder / "adapter_model.safetensors").read_bytes()
+
+
 def test_the_best_validation_checkpoint_is_kept_and_installed(lora, tmp_path) -> None:
     best = Best(tmp_path)
     _bump(lora, 1.0)
@@ -38,25 +40,43 @@ def test_the_best_validation_checkpoint_is_kept_and_installed(lora, tmp_path) ->
     _bump(lora, 2.0)
     assert not best.keep(4, {"val_success": 0.5, "val_reward": 0.6}, lora)  # a tie: the earlier one stays
     assert not best.keep(6, {"val_success": 0.25, "val_reward": 0.9}, lora)
-    kept = (tmp_path / "best-adapter" / "adapter_model.safetensors").read_bytes()
+    kept = _adapter(tmp_path / "best-2")
     final = tmp_path / "final"
     lora.save_pretrained(str(final))  # the last step's weights (2.0)
-    assert (final / "adapter_model.safetensors").read_bytes() != kept
+    assert _adapter(final) != kept
     assert Best(tmp_path).install(final) == 2  # a new process (a resumed run) finds the record
-    assert (final / "adapter_model.safetensors").read_bytes() == kept
-    assert json.loads((tmp_path / "best.json").read_text())["step"] == 2
+    assert _adapter(final) == kept
     resumed = Best(tmp_path)
     resumed.drop_after(1)  # resumed from checkpoint-1: the best of step 2 is not this run's any more
-    assert resumed.install(final) is None and not (tmp_path / "best.json").exists()
+    assert resumed.install(final) is None and Best(tmp_path).record is None and not (tmp_path / "best-2").exists()
 
 
-def _rows(rewards, val_success, lengths=None, invalid=None):
+def test_a_resumed_run_falls_back_to_the_best_before_its_checkpoint(lora, tmp_path) -> None:
+    """Bests at steps 2 and 6, killed before checkpoint 6 was saved: resumed from checkpoint 4, the best is step 2's
+    again (as in the uninterrupted run at step 4), and a worse check at the redone step 6 does not displace it."""
+    best = Best(tmp_path)
+    _bump(lora, 1.0)
+    assert best.keep(2, {"val_success": 0.75, "val_reward": 0.6}, lora)
+    _bump(lora, 3.0)
+    assert best.keep(6, {"val_success": 0.875, "val_reward": 0.7}, lora)
+    step2 = _adapter(tmp_path / "best-2")
+    resumed = Best(tmp_path)
+    resumed.drop_after(4)
+    assert resumed.record["step"] == 2 and not (tmp_path / "best-6").exists()
+    _bump(lora, 4.0)
+    assert not resumed.keep(6, {"val_success": 0.5, "val_reward": 0.9}, lora)  # this time step 6 checks worse
+    final = tmp_path / "final"
+    lora.save_pretrained(str(final))
+    assert Best(tmp_path).install(final) == 2 and _adapter(final) == step2
+
+
+def _rows(rewards, val_success, lengths=None, invalid=None, prefix="val"):
     rows = []
     for i, r in enumerate(rewards):
         row = {"step": i + 1, "reward": r, "completions/mean_length": (lengths or [20] * len(rewards))[i],
                "train_invalid_rate": (invalid or [0.0] * len(rewards))[i]}
-        if (i + 1) % 2 == 0:
-            row |= {"val_success": val_success[i // 2], "val_invalid_rate": 0.0}
+        if (i + 1) % 2 == 0 and prefix:
+            row |= {f"{prefix}_success": val_success[i // 2], f"{prefix}_invalid_rate": 0.0}
         rows.append(row)
     return rows
 
@@ -70,3 +90,15 @@ def test_drift_flags() -> None:
     assert [f["flag"] for f in longer] == ["length_blowup"]
     drift = drift_flags(_rows([0.1, 0.2, 0.3, 0.4], [0.3, 0.5], invalid=[0.0, 0.0, 0.3, 0.5]))
     assert [f["flag"] for f in drift] == ["format_drift"]
+
+
+def test_length_and_format_drift_are_flagged_without_a_validation_slice() -> None:
+    """Held-out checks (no validation slice) or no checks at all: length and format still flagged, at the check rows
+    and at the last step; reward-up-validation-down needs the validation slice (the gate's tasks never steer)."""
+    longer = _rows([0.1, 0.2, 0.3, 0.4], [0.3, 0.5], lengths=[20, 22, 40, 64], prefix="heldout")
+    assert [f["flag"] for f in drift_flags(longer)] == ["length_blowup"]
+    assert drift_flags(_rows([0.1, 0.2, 0.6, 0.8], [0.5, 0.3], prefix="heldout")) == []
+    unchecked = _rows([0.1, 0.2, 0.3, 0.4], [], invalid=[0.0, 0.0, 0.3, 0.5], prefix=None)
+    assert drift_flags(unchecked) == []  # not a check row, not the end
+    assert [f["flag"] for f in drift_flags(unchecked, at_end=True)] == ["format_drift"]
+    assert drift_flags(_rows([0.1, 0.2, 0.3, 0.4], [], prefix=None), at_end=True) == []  # healthy

@@ -113,9 +113,9 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     # checks on the 2 validation tasks (never the held-out ones); the best of them is the adapter
     assert [r["step"] for r in rows] == [1, 2] and all("val_success" in r and "heldout_reward" not in r for r in rows)
     assert rows[0]["best"] is True and (tmp_path / "grpo" / "best.json").is_file()
-    best = json.loads((tmp_path / "grpo" / "best.json").read_text())["step"]
+    best = json.loads((tmp_path / "grpo" / "best.json").read_text())["bests"][-1]["step"]
     assert (tmp_path / "grpo" / "adapter" / "adapter_model.safetensors").read_bytes() == \
-        (tmp_path / "grpo" / "best-adapter" / "adapter_model.safetensors").read_bytes()
+        (tmp_path / "grpo" / f"best-{best}" / "adapter_model.safetensors").read_bytes()
     assert all("reward" in r and 0 <= r["train_invalid_rate"] <= 1 and r["step_time_s"] > 0 for r in rows)
     assert all(r["groups"] == 2 and 0 <= r["groups_dropped"] <= 2 for r in rows)  # online filtering: one redraw
     shown = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
