@@ -32,7 +32,7 @@ def promote(
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
     from flywheel.flows.promote import load_evals, production_eval, promote_model
-    from flywheel.tasks.release.gate import GateConfig
+    from flywheel.tasks.release.gate import GateConfig, GateError
     from flywheel.tasks.release.registry import Registry
 
     try:
@@ -41,6 +41,11 @@ def promote(
         reg.version(version)  # an unknown --version and unusable evals fail before any flow run
         if baseline_eval is None:
             baseline_eval = production_eval(reg)
+            try:
+                load_evals(str(baseline_eval), str(candidate_eval))
+            except GateError as exc:  # e.g. the candidate's dataset is a newer version (after `flywheel ingest`)
+                raise GateError(f"{exc} (the baseline is production's own eval, {baseline_eval}: pass --baseline-"
+                                "eval, an eval of the production model on the candidate's dataset)") from None
         load_evals(str(baseline_eval), str(candidate_eval))
         summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
                                                 override))

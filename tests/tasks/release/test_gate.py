@@ -70,6 +70,17 @@ def test_latency_is_reported_but_machine_load_cannot_flip_the_gate() -> None:
     assert gate(_rollouts(BASE), longer, GateConfig()).passed
 
 
+def test_a_backend_without_token_counts_cannot_decide_the_cost_rail() -> None:
+    """A server that omits `usage` records 0 completion tokens: a zero baseline would reject every candidate and a
+    zero candidate would pass any cost; the rail is then reported, not gated, and the gate says why."""
+    better = BASE | (np.arange(200) % 2 == 0)
+    for base, cand in ((_rollouts(BASE, tokens=0), _rollouts(better, tokens=40)),
+                       (_rollouts(BASE, tokens=30), _rollouts(better, tokens=0))):
+        result = gate(base, cand, GateConfig(cost_margin=0.25))
+        row = next(c for c in result.checks if c.name == "tokens_per_call_p95" and c.scope == "overall")
+        assert result.passed and not row.gated and "no token counts" in row.limit
+
+
 def test_evals_of_different_rollouts_are_refused() -> None:
     other = _rollouts(BASE).with_columns(pl.col("seed") + 1)
     with pytest.raises(GateError, match="same dataset version"):

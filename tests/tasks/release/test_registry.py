@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +89,14 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     gate = next(g for g in (json.loads(p.read_text()) for p in (reg_dir / "gates").glob("*.json"))
                 if g["version"] == v2.id)
     assert gate["baseline_eval"] == str(reg.path(v1))
+    newer = tmp_path / "newer"  # an eval of a newer dataset version (e.g. after `flywheel ingest`)
+    shutil.copytree(better, newer)
+    report = json.loads((newer / "report.json").read_text())
+    report["dataset"]["content_hash"] = "e" * 64
+    (newer / "report.json").write_text(json.dumps(report))
+    moved_on = runner.invoke(app, [*against_production, str(newer)])
+    assert moved_on.exit_code == 1 and "the baseline is production's own eval" in moved_on.output
+    assert "pass --baseline-eval" in moved_on.output and reg.aliases()["production"] == v1.id
     forced = runner.invoke(app, [*args, "--candidate-eval", str(base), "--override", "hotfix approved by on-call"])
     assert forced.exit_code == 0 and reg.aliases()["production"] == v2.id
     assert reg.events()[-1].override == "hotfix approved by on-call" and not reg.events()[-1].gate["passed"]
