@@ -61,8 +61,11 @@ def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str
     """Before GRPO: K samples of each of the first N train tasks with the policy GRPO starts from; GRPO trains on
     the tasks with mixed outcomes only (the others give groups of equal rewards). Returns the per_task.parquet to
     skip by, the train limit that covers exactly the sampled tasks, and what happened."""
-    limit = min(config.curriculum_tasks, config.train_limit or config.curriculum_tasks)
-    if not config.curriculum_samples:
+    from flywheel.tasks.data.publish import read_manifest
+
+    trainable = read_manifest(Path(dataset)).counts.get("train", 0) - validation_size(config, dataset)
+    limit = max(1, min(config.curriculum_tasks, config.train_limit or config.curriculum_tasks, trainable))
+    if not config.curriculum_samples:  # (never into the validation slice, the last train tasks by id)
         return None, config.train_limit, "curriculum off"
     import polars as pl
 
