@@ -98,3 +98,9 @@ def test_a_candidate_that_loses_general_capability_is_rejected_per_env() -> None
     assert not result.passed and [f.split(":")[0] for f in result.failures()] == ["capability_success (math)"]
     assert {c.scope for c in result.checks if c.name == "capability_success"} == {"math", "cli"}
     assert gate(_rollouts(BASE), _rollouts(better), GateConfig(capability_margin=0.2), others).passed
+    few = np.zeros(32, bool)
+    few[:8] = True  # 16 tasks of 2 samples, 4 solved: one task lost (0.0625) is the margin, two are beyond it
+    for lost, passed in ((1, True), (2, False)):
+        cand = few & (np.arange(32) >= 2 * lost)
+        assert gate(_rollouts(BASE), _rollouts(better), GateConfig(), {"cli": (_rollouts(few), _rollouts(cand))}) \
+            .passed is passed
