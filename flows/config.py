@@ -153,8 +153,9 @@ class RunConfig(BaseModel):
     workers: int = Field(default=2, ge=1, le=64)
     eval_limit: int = Field(default=48, ge=4, le=MAX_ROWS,
                             description="Held-out tasks in every eval (the gate's sample).")
-    max_tokens: int = Field(default=64, ge=16, le=8192,
-                            description="Max new tokens per completion (training and eval).")
+    max_tokens: int = Field(default=96, ge=16, le=8192, description="Max new tokens per completion (training and "
+                            "eval; per turn in agent episodes). Gold answers longer than it cannot be solved: the run "
+                            "counts them in its summary (tool_call's longest is about 85).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
                                "differences are the model's, not sampling noise")
     sft_steps: int = Field(default=60, ge=1, le=100_000,

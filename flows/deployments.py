@@ -42,7 +42,7 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 @flow(name="flywheel-run", persist_result=True)
 def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str = "default",
                    n: int | None = None, eval_limit: int | None = None, sft_steps: int | None = None,
-                   grpo_steps: int | None = None, num_generations: int = 8, max_tokens: int = 64,
+                   grpo_steps: int | None = None, num_generations: int = 8, max_tokens: int = 96,
                    refill: int = 2, curriculum_samples: int = 4, curriculum_tasks: int | None = None,
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None,

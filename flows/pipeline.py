@@ -135,6 +135,27 @@ def _checkpoint(config: RunConfig, grpo: TrainResult, dataset: str) -> str:
     return f"GRPO checkpoint: {where}. Training flags: {flags}."
 
 
+def _cap_check(config: RunConfig, evaluation: EvalConfig) -> tuple[list[str], str]:
+    """The evals' held-out tasks whose gold answer the --max-tokens cap cuts (they cannot be solved), and a line
+    for the summary; logged as a warning, since every before/after figure is capped by it."""
+    from prefect.logging import get_run_logger
+    from transformers import AutoTokenizer
+
+    from flywheel.flows.eval import load_split
+    from flywheel.tasks.evaluation.budget import over_cap
+    from flywheel.tasks.inference.models import resolve_model
+
+    tasks = load_split(evaluation)[0]
+    over = over_cap(tasks, AutoTokenizer.from_pretrained(resolve_model(None)), config.max_tokens)
+    if not over:
+        return over, f"Every gold answer of the {len(tasks)} held-out tasks fits --max-tokens {config.max_tokens}."
+    line = (f"{len(over)} of the {len(tasks)} held-out tasks have a gold answer longer than --max-tokens "
+            f"{config.max_tokens} (they cannot be solved; raise --max-tokens): {', '.join(i[:12] for i in over[:5])}"
+            f"{' ...' if len(over) > 5 else ''}.")
+    get_run_logger().warning(line)
+    return over, line
+
+
 def _capability(config: RunConfig, adapter: str) -> dict[str, tuple[str, str]]:
     """General capability: for each env the run does not train on, a small dataset and the base model's and the
     candidate's evals on the same held-out tasks (greedy, like every eval of the run): env -> (baseline, candidate)."""
@@ -199,6 +220,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
                             seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature,
                             prefix_cache=config.prefix_cache)
+    over, cap_line = _cap_check(config, evaluation)
     baseline = eval_policy(evaluation)
     evals = {"baseline": EvalSummary(report=baseline.report, metrics=baseline.metrics)}
     model, parent, stages = None, None, {}
@@ -217,7 +239,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
             f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
-            f"bootstrap intervals over tasks.\n\n{table(evals)}\n"
+            f"bootstrap intervals over tasks. {cap_line}\n\n{table(evals)}\n"
             f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'], dataset)}\n\nCandidate: {why}.\n\n"
             f"General capability (held-out success on envs not trained on, base -> candidate): {others}.\n\n"
             f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
@@ -228,7 +250,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
                                                                                selected_step=v.selected_step,
                                                                                flags=v.flags)
                                                                for k, v in stages.items()},
-                         gate=gate, promoted_stage=pick, pick_reason=why, grpo_vs_sft=grpo_vs_sft,
+                         gate=gate, promoted_stage=pick, pick_reason=why, grpo_vs_sft=grpo_vs_sft, over_cap=over,
                          curriculum=curriculum, registry=str(out / "registry"), wall_s=wall, config=config)
     write_text_atomic(out / "summary.md", text)
     write_text_atomic(out / "summary.json", json.dumps(summary.model_dump(), indent=2, default=str) + "\n")

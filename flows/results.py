@@ -145,6 +145,7 @@ class RunSummary(Result):
     promoted_stage: str  # the stage the gate judged: "grpo", or "sft" when GRPO did not beat it
     pick_reason: str
     grpo_vs_sft: Delta | None  # GRPO minus SFT held-out success, paired 95% CI (None without an SFT stage)
+    over_cap: list[str] = []  # held-out tasks (of the evals) whose gold answer is longer than --max-tokens
     registry: str
     wall_s: float
     config: RunConfig

@@ -27,6 +27,8 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     passed = summary["gate"]["passed"]
     assert result.returncode == (0 if passed else 1), result.stderr[-3000:]
     assert "| success |" in result.stdout and str(out / "registry") in result.stderr
+    # --max-tokens 24 is shorter than most gold calls: the summary says how many tasks the cap makes unsolvable
+    assert summary["over_cap"] and f"{len(summary['over_cap'])} of the 6 held-out tasks" in result.stdout
 
     manifest = DatasetManifest.model_validate_json((Path(summary["dataset"]) / "manifest.json").read_text())
     # the curriculum sampled the first 4 train tasks twice each with the SFT model; GRPO trains on the mixed ones
