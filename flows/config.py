@@ -158,7 +158,7 @@ class RunConfig(BaseModel):
                             "counts them in its summary (tool_call's longest is about 85).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
                                "differences are the model's, not sampling noise")
-    sft_steps: int = Field(default=50, ge=1, le=100_000,
+    sft_steps: int = Field(default=60, ge=1, le=100_000,
                            description="SFT steps (only when the baseline decision is SFT).")
     sft_batch_size: int = Field(default=4, ge=1, le=4096, description="SFT rows per step.")
     sft_learning_rate: float = Field(default=1e-3, gt=0, le=1.0, description="SFT learning rate.")
@@ -171,7 +171,7 @@ class RunConfig(BaseModel):
                                     "from and train only on those with mixed outcomes (0: off).")
     curriculum_tasks: int = Field(default=12, ge=1, le=MAX_ROWS, description="Train tasks the curriculum samples "
                                   "(the first N by id; GRPO trains on their mixed ones).")
-    validation_tasks: int = Field(default=8, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
+    validation_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
                                   "last N by id, at most a quarter of train) for checks every half of --grpo-steps; "
                                   "the best checkpoint on them is kept, never chosen on the gate's held-out tasks "
                                   "(0: the last checkpoint).")
