@@ -278,7 +278,9 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
              (["--profile", "full", "--n", "5"], "error: --n: Input should be greater than or equal to 20"),
              (["--env", "nope"], "error: --env 'nope' is not an env; choose one of cli, code, math, sql, tool_call, "
                                  "workplace"),
-             (["--refill", "-1"], "error: --refill: Input should be greater than or equal to 0")]
+             (["--refill", "-1"], "error: --refill: Input should be greater than or equal to 0"),
+             (["--max-tokens", "8"], "error: --max-tokens: Input should be greater than or equal to 16"),
+             (["--max-tokens", "100000"], "error: --max-tokens: Input should be less than or equal to 8192")]
     for args, message in cases:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
         assert code == 1 and _one_error(output) == message, (args, output)
