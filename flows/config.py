@@ -164,6 +164,10 @@ class RunConfig(BaseModel):
     sft_learning_rate: float = Field(default=1e-3, gt=0, le=1.0, description="SFT learning rate.")
     grpo_steps: int = Field(default=4, ge=1, le=100_000, description="GRPO steps.")
     num_generations: int = Field(default=8, ge=2, le=256, description="GRPO completions per prompt.")
+    grpo_prompts: int = Field(default=1, ge=1, le=256, description="GRPO prompts per step (each with "
+                              "--num-generations completions).")
+    lora_targets: Literal["attention", "all-linear"] = Field(default="attention", description="LoRA on the attention "
+                                                             "projections, or on every linear layer (MLP included).")
     grpo_learning_rate: float = Field(default=3e-5, gt=0, le=1.0, description="GRPO learning rate.")
     loss_type: str = "dapo"
     curriculum_samples: int = Field(default=4, ge=0, le=64, description="Curriculum before GRPO: sample each of the "

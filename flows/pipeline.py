@@ -90,14 +90,14 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
     train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, skip_tasks=skip[0],
                         limit=skip[1] if skip[0] else config.train_limit,
                         max_steps=config.sft_steps if sft else config.grpo_steps,
-                        batch_size=config.sft_batch_size if sft else config.num_generations,
+                        batch_size=config.sft_batch_size if sft else config.num_generations * config.grpo_prompts,
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
                         max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
                         eval_interval=0 if sft or not validation else max(1, config.grpo_steps // 2),
                         validation=validation,  # SFT never trains on the slice either
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
-                        prefix_cache=config.prefix_cache)
+                        prefix_cache=config.prefix_cache, lora_targets=config.lora_targets)
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
                                                               "registry": str(out / "registry"), "parent": parent},

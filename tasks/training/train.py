@@ -63,6 +63,9 @@ def skip_ids(path: str) -> set[str]:
     return set(marks.filter(pl.col("mark") != "mixed")["task_id"].to_list())
 
 
+LORA_TARGETS: dict[str, Any] = {"attention": ["q_proj", "k_proj", "v_proj", "o_proj"], "all-linear": "all-linear"}
+
+
 class TrainConfig(BaseModel):
     """Checked up front, files included, so an expected error is one line before any flow run starts."""
 
@@ -80,6 +83,7 @@ class TrainConfig(BaseModel):
     learning_rate: float = Field(default=1e-4, gt=0, le=1.0)
     lora_r: int = Field(default=16, ge=1, le=1024)
     lora_alpha: int = Field(default=32, ge=1, le=4096)
+    lora_targets: Literal["attention", "all-linear"] = "attention"  # all-linear: the MLP layers too
     num_generations: int = Field(default=8, ge=2, le=256)
     loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = "dapo"
     beta: float = Field(default=0.0, ge=0.0, le=100.0)
@@ -220,7 +224,7 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
     else:
         peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                                  task_type="CAUSAL_LM",
-                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+                                 target_modules=LORA_TARGETS[config.lora_targets])
     if config.method == "sft":
         from trl import SFTConfig, SFTTrainer
 
