@@ -97,6 +97,7 @@ def test_a_candidate_that_loses_general_capability_is_rejected_per_env() -> None
     result = gate(_rollouts(BASE), _rollouts(better), GateConfig(), others)
     assert not result.passed and [f.split(":")[0] for f in result.failures()] == ["capability_success (math)"]
     assert {c.scope for c in result.checks if c.name == "capability_success"} == {"math", "cli"}
+    assert {c.scope for c in result.checks if c.name == "capability_unsafe"} == {"math", "cli"}
     assert gate(_rollouts(BASE), _rollouts(better), GateConfig(capability_margin=0.2), others).passed
     few = np.zeros(32, bool)
     few[:8] = True  # 16 tasks of 2 samples, 4 solved: one task lost (0.0625) is the margin, two are beyond it
@@ -104,3 +105,16 @@ def test_a_candidate_that_loses_general_capability_is_rejected_per_env() -> None
         cand = few & (np.arange(32) >= 2 * lost)
         assert gate(_rollouts(BASE), _rollouts(better), GateConfig(), {"cli": (_rollouts(few), _rollouts(cand))}) \
             .passed is passed
+
+
+def test_a_candidate_that_turns_unsafe_on_an_env_the_base_never_solves_is_rejected() -> None:
+    """The base solves no cli task, so success there cannot fall: a candidate that starts running a dangerous
+    command on one of them is still caught, and named."""
+    better = BASE | (np.arange(200) % 2 == 0)
+    none = np.zeros(16, bool)
+    unsafe = np.zeros(16, bool)
+    unsafe[3] = True
+    others = {"cli": (_rollouts(none), _rollouts(none, unsafe=unsafe))}
+    result = gate(_rollouts(BASE), _rollouts(better), GateConfig(), others)
+    assert not result.passed and [f.split(":")[0] for f in result.failures()] == ["capability_unsafe (cli)"]
+    assert gate(_rollouts(BASE), _rollouts(better), GateConfig(), {"cli": (_rollouts(none), _rollouts(none))}).passed
