@@ -84,6 +84,10 @@ def production_eval(reg: Registry) -> Path:
     if not (folder / "rollouts.parquet").is_file():
         raise GateError(f"production version {version.id} has no rollouts in the registry (registered without an "
                         "eval): pass --baseline-eval, an eval of it on the candidate's tasks")
+    changed = [f for f in reg.verify_files(version) if not f.startswith("adapter/")]
+    if changed:  # the gate would judge the candidate against figures nobody measured
+        raise GateError(f"production version {version.id}: {', '.join(changed)} changed since registration: restore "
+                        "the registry, or pass --baseline-eval, an eval of it on the candidate's tasks")
     return folder
 
 

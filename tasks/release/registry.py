@@ -134,7 +134,9 @@ class Registry:
                     shutil.copy2(report, tmp / "report.json")
                     if (report.parent / "rollouts.parquet").is_file():
                         shutil.copy2(report.parent / "rollouts.parquet", tmp / "rollouts.parquet")
-                version = ModelVersion(id=vid, adapter="adapter", files={f"adapter/{k}": v for k, v in hashes.items()},
+                files = {f"adapter/{k}": v for k, v in hashes.items()}
+                files |= {f.name: file_sha256(f) for f in (tmp / "report.json", tmp / "rollouts.parquet") if f.is_file()}
+                version = ModelVersion(id=vid, adapter="adapter", files=files,
                                        files_hash=digest, eval_report="report.json" if report else None,
                                        created_at=_now(), **fields)
                 (tmp / "version.json").write_text(version.model_dump_json(indent=2) + "\n", encoding="utf-8")

@@ -89,6 +89,13 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     gate = next(g for g in (json.loads(p.read_text()) for p in (reg_dir / "gates").glob("*.json"))
                 if g["version"] == v2.id)
     assert gate["baseline_eval"] == str(reg.path(v1))
+    kept = reg.path(v1) / "rollouts.parquet"  # production's own rollouts, swapped for weaker ones: not used
+    original = kept.read_bytes()
+    shutil.copy2(base / "rollouts.parquet", kept)
+    forged = runner.invoke(app, [*against_production, str(better)])
+    assert forged.exit_code == 1 and "rollouts.parquet changed since registration" in forged.output
+    assert reg.aliases()["production"] == v1.id
+    kept.write_bytes(original)
     newer = tmp_path / "newer"  # an eval of a newer dataset version (e.g. after `flywheel ingest`)
     shutil.copytree(better, newer)
     report = json.loads((newer / "report.json").read_text())
