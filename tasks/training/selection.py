@@ -36,8 +36,13 @@ class Best:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         path = folder / "best.json"
-        bests = json.loads(path.read_text(encoding="utf-8"))["bests"] if path.is_file() else []
-        self.bests: list[dict[str, Any]] = [b for b in bests if self._dir(b["step"]).is_dir()]
+        try:
+            bests = json.loads(path.read_text(encoding="utf-8"))["bests"] if path.is_file() else []
+            self.bests: list[dict[str, Any]] = [b for b in bests if self._dir(int(b["step"])).is_dir()]
+        except (ValueError, KeyError, TypeError) as exc:  # written atomically by us: only a hand edit breaks it
+            raise ValueError(f"{path} is not a checkpoint-selection record ({type(exc).__name__}: {exc}); delete "
+                             f"it and the best-<step>/ folders beside it to select again from the next check, "
+                             f"or train into a fresh --out") from None
 
     def _dir(self, step: int) -> Path:
         return self.folder / f"best-{step}"

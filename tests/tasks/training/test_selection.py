@@ -102,3 +102,10 @@ def test_length_and_format_drift_are_flagged_without_a_validation_slice() -> Non
     assert drift_flags(unchecked) == []  # not a check row, not the end
     assert [f["flag"] for f in drift_flags(unchecked, at_end=True)] == ["format_drift"]
     assert drift_flags(_rows([0.1, 0.2, 0.3, 0.4], [], prefix=None), at_end=True) == []  # healthy
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"bests": 3}', '{"other": []}', '{"bests": [{"step": "x"}]}'])
+def test_a_hand_edited_best_record_is_one_clear_error(tmp_path, text) -> None:
+    (tmp_path / "best.json").write_text(text)
+    with pytest.raises(ValueError, match="is not a checkpoint-selection record .* delete it"):
+        Best(tmp_path)
