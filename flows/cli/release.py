@@ -46,7 +46,8 @@ def promote(
             except GateError as exc:  # e.g. the candidate's dataset is a newer version (after `flywheel ingest`)
                 raise GateError(f"{exc} (the baseline is production's own eval, {baseline_eval}: pass --baseline-"
                                 "eval, an eval of the production model on the candidate's dataset)") from None
-        load_evals(str(baseline_eval), str(candidate_eval))
+        else:
+            load_evals(str(baseline_eval), str(candidate_eval))
         summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
                                                 override))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
