@@ -11,6 +11,10 @@ for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK"
                      "FLYWHEEL_VLLM_COMPILE": "eager"}.items():
     os.environ.setdefault(_key, _value)
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers share 2 cores: one torch thread each, inherited by the CLI
+    for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # and servers they start (4 threads on 2 cores spin 3x slower)
+        os.environ.setdefault(_key, "1")
+
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -28,9 +32,23 @@ from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools  # noqa:
 from flywheel.verifiers.procs import descendants  # noqa: E402  (re-exported: hostile tests import it from here)
 from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 
+# The slowest files first (CI timings): the two xdist workers (pyproject's addopts, --dist loadfile, files in this
+# order) take them early and finish together instead of one running a long file alone at the end.
+SLOWEST_FIRST = ["flows/test_operations.py", "flows/test_pipeline.py", "tasks/training/test_train.py",
+                 "flows/test_eval.py", "tasks/inference/test_backends.py", "tasks/training/test_episodes.py",
+                 "tasks/inference/test_prefix_cache.py", "test_packaging.py", "tasks/release/test_registry.py",
+                 "hostile/test_hostile_first_run.py"]
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::")[0].removeprefix("tests/")
+    return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests marked ``gpu`` run where CUDA is present and are skipped, with the reason, everywhere else."""
+    """Tests marked ``gpu`` run where CUDA is present and are skipped, with the reason, everywhere else; the slowest
+    files are collected first (a stable sort: the order inside each file stays as written)."""
+    items.sort(key=_rank)
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return

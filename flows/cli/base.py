@@ -35,7 +35,7 @@ from typer.core import TyperGroup  # noqa: E402
 
 from flywheel.flows import __version__  # noqa: E402
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # a long path is never broken across lines (logs, pipes, tests)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

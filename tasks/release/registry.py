@@ -135,7 +135,8 @@ class Registry:
                     if (report.parent / "rollouts.parquet").is_file():
                         shutil.copy2(report.parent / "rollouts.parquet", tmp / "rollouts.parquet")
                 files = {f"adapter/{k}": v for k, v in hashes.items()}
-                files |= {f.name: file_sha256(f) for f in (tmp / "report.json", tmp / "rollouts.parquet") if f.is_file()}
+                kept = (tmp / "report.json", tmp / "rollouts.parquet")  # the figures a later gate is judged against
+                files |= {f.name: file_sha256(f) for f in kept if f.is_file()}
                 version = ModelVersion(id=vid, adapter="adapter", files=files,
                                        files_hash=digest, eval_report="report.json" if report else None,
                                        created_at=_now(), **fields)

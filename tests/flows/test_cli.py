@@ -131,3 +131,12 @@ def test_score_and_profile_replay_workplace_trajectories(tmp_path) -> None:
     result = runner.invoke(app, ["profile-reward", "--verifier", "workplace", "--input", str(src)])
     report = (tmp_path / "rollouts.profile.md").read_text()
     assert "| incomplete | 1 |" in report and "tool_calls" in report
+
+
+def test_a_long_path_in_the_cli_output_is_never_broken_across_lines(capsys) -> None:
+    """Not a terminal (CI logs, pipes): rich would wrap at 80 columns, splitting a registry path a user copies."""
+    from flywheel.flows.cli.base import err
+
+    line = "registry  " + "/a-long-folder-name" * 8 + "/registry (flywheel registry show production --registry ...)"
+    err.print(line, highlight=False)
+    assert line in capsys.readouterr().err
