@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 
 # FLYWHEEL_VLLM_COMPILE=eager: the vLLM tests check what the backend generates, not the compiler (a first compiled
-# start costs a minute more in CI; compiled vs eager is measured in bench/vllm_startup.py)
+# start costs a minute more in CI; compiled vs eager is measured in bench/vllm_startup.py); FLYWHEEL_VLLM_MEMORY=0.1:
+# 2.4 GB of RAM reserved is plenty for the embedded model, and the other xdist worker's test needs the rest
 for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
                      "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false",
-                     "FLYWHEEL_VLLM_COMPILE": "eager"}.items():
+                     "FLYWHEEL_VLLM_COMPILE": "eager", "FLYWHEEL_VLLM_MEMORY": "0.1"}.items():
     os.environ.setdefault(_key, _value)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers share 2 cores: one torch thread each, inherited by the CLI

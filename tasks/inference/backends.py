@@ -63,7 +63,7 @@ class VLLMBackend:
     name = "vllm"
     COMPILE_MODES = ("compiled", "eager")
 
-    def __init__(self, model_ref: str | None, gpu_memory_utilization: float = 0.3) -> None:
+    def __init__(self, model_ref: str | None, gpu_memory_utilization: float | None = None) -> None:
         import os
 
         from flywheel.tasks.inference.models import cache_root, is_adapter, resolve_model
@@ -97,6 +97,8 @@ class VLLMBackend:
             # vLLM's "auto" casts fp32 checkpoints to bf16 on every CPU; without AVX512-BF16/AMX that is emulated
             # and 5x slower than fp32
             dtype = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto" if _cpu_has_bf16() else "float32")
+        if gpu_memory_utilization is None:  # on CPU: the fraction of RAM reserved, checked free at start-up
+            gpu_memory_utilization = _memory_fraction(os.environ.get("FLYWHEEL_VLLM_MEMORY", "0.3"))
         self.model_id, self.compile_mode, self.dtype = str(path), mode, dtype
         self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0, dtype=dtype,
                        enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
@@ -114,6 +116,17 @@ class VLLMBackend:
         return [Generation(o.outputs[0].text, None, r.seed, wait, len(o.prompt_token_ids or []),
                            len(o.outputs[0].token_ids), o.outputs[0].finish_reason or "stop")
                 for r, o in zip(requests, outs)]
+
+
+def _memory_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"FLYWHEEL_VLLM_MEMORY={text!r}: the fraction of memory vLLM reserves (on CPU: of RAM) "
+                         "must be a number in (0, 1], e.g. 0.3")
+    return value
 
 
 def _cpu_has_bf16() -> bool:

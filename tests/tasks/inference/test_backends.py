@@ -78,3 +78,12 @@ def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
     assert first == generate_candidates(range(8), seeds, tools, 3, para), (
         "the same row seeds must give the same paraphrases")
     _check_rows(first[0], first[1], "vllm")
+
+
+@pytest.mark.parametrize("text", ["0", "1.5", "-0.2", "half", "nan"])
+def test_a_bad_vllm_memory_fraction_is_one_clear_error(text) -> None:
+    from flywheel.tasks.inference.backends import _memory_fraction
+
+    with pytest.raises(ValueError, match=r"FLYWHEEL_VLLM_MEMORY=.* must be a number in \(0, 1\]"):
+        _memory_fraction(text)
+    assert _memory_fraction("0.25") == 0.25
