@@ -154,7 +154,8 @@ def test_killed_training_resumes_from_its_last_checkpoint(dataset, tmp_path) -> 
 @pytest.mark.slow
 def test_the_same_seed_and_data_give_byte_identical_adapters(dataset, tmp_path) -> None:
     """SFT then GRPO twice from scratch with the same seed: the adapters are byte-identical, although the process's
-    random state differs before each run (the LoRA weights are initialised after seeding, not before)."""
+    random state differs before each run (the LoRA weights are initialised after seeding, not before). The SFT
+    adapter is on every linear layer (--lora-targets all-linear), MLP included, and GRPO keeps training it."""
     import random
 
     import torch
@@ -164,7 +165,10 @@ def test_the_same_seed_and_data_give_byte_identical_adapters(dataset, tmp_path) 
     def both(root: Path) -> list[bytes]:
         common = {"dataset": dataset, "limit": 4, "eval_interval": 0, "eval_limit": 1, "max_completion_length": 8,
                   "save_steps": 100}
-        sft = train(TrainConfig(out=str(root / "sft"), method="sft", max_steps=2, batch_size=2, **common))
+        sft = train(TrainConfig(out=str(root / "sft"), method="sft", max_steps=2, batch_size=2,
+                                lora_targets="all-linear", **common))
+        targets = json.loads((Path(sft["adapter"]) / "adapter_config.json").read_text())["target_modules"]
+        assert {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= set(targets)
         grpo = train(TrainConfig(out=str(root / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
                                  batch_size=2, num_generations=2, refill=1, **common))
         return [(Path(r["adapter"]) / "adapter_model.safetensors").read_bytes() for r in (sft, grpo)]
