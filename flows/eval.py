@@ -74,7 +74,7 @@ def _key(value: Any) -> str:
 @task(name="eval-batch", cache_policy=NO_CACHE)
 def eval_batch(backend: Backend, items: list[tuple[Task, str, int, int]], sampling: Sampling, config: EvalConfig,
                path: str) -> int:
-    rows = run_batch(backend, items, sampling, config.success_threshold, config.max_steps, config.concurrency)
+    rows = run_batch(backend, items, sampling, config.success_threshold, config.max_steps)
     write_rows(rows, Path(path), ROLLOUT_SCHEMA)
     return len(rows)
 

@@ -8,11 +8,14 @@ Contract:
   without native tool calling. Any other text is the final answer.
 - The environment is in process (``LocalEnv``) or the resources server over HTTP (``HTTPEnv``); both give
   one fresh session per episode and score it with the same verifier.
+- ``run_episode`` runs one episode; ``run_episodes`` runs several in lockstep, each in its own session, asking a
+  batch policy (``BackendPolicies``) for all their next replies at once: the same steps, batched generation.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +43,13 @@ class PolicyReply:
 
 class Policy(Protocol):
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> PolicyReply: ...
+
+
+Turn = tuple[int, list[dict[str, Any]], list[dict[str, Any]]]  # episode index, its messages so far, its tools
+
+
+class BatchPolicy(Protocol):
+    def __call__(self, turns: list[Turn]) -> list[PolicyReply]: ...
 
 
 class Env(Protocol):
@@ -112,29 +122,70 @@ class HTTPEnv:
         return Verdict.model_validate(self._post("/verify", {"session_id": session_id, "close": True}))
 
 
+@dataclass
+class _Open:
+    """An episode under way: its session, messages so far, tokens spent, steps taken and why it stopped (None:
+    not yet)."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tokens: int = 0
+    steps: int = 0
+    stop: str | None = None
+
+
+def _open(env: Env, task: Task) -> _Open:
+    return _Open(env.seed(task), [m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task))
+
+
+def _act(env: Env, ep: _Open, reply: PolicyReply, max_steps: int, max_tokens: int) -> None:
+    """One step of an episode: the reply's calls go to its session and their observations are appended; a reply
+    without calls is the final answer."""
+    ep.steps += 1
+    ep.tokens += reply.completion_tokens
+    calls = reply.tool_calls or parse_action(reply.text)
+    if not calls:
+        ep.messages.append({"role": "assistant", "content": reply.text or ""})
+        ep.stop = "answer"
+        return
+    ep.messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+    for call in calls:
+        name = call.get("function", {}).get("name", "")
+        observation = env.call(ep.session_id, name, call_arguments(call))
+        ep.messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
+                            "content": json.dumps(observation)})
+    if ep.tokens >= max_tokens:
+        ep.stop = "max_tokens"
+    elif ep.steps >= max_steps:
+        ep.stop = "max_steps"
+
+
+def _close(env: Env, ep: _Open) -> Episode:
+    return Episode(ep.session_id, ep.messages, env.verify(ep.session_id), ep.steps, ep.tokens, ep.stop or "max_steps")
+
+
 def run_episode(policy: Policy, env: Env, task: Task, max_steps: int = 8, max_tokens: int = 2048) -> Episode:
-    session_id = env.seed(task)
-    messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in task.messages]
-    tools, tokens, stop, steps = openai_tools(task), 0, "max_steps", 0
-    while steps < max_steps:
-        steps += 1
-        reply = policy(messages, tools)
-        tokens += reply.completion_tokens
-        calls = reply.tool_calls or parse_action(reply.text)
-        if not calls:
-            messages.append({"role": "assistant", "content": reply.text or ""})
-            stop = "answer"
+    ep = _open(env, task)
+    while ep.stop is None and ep.steps < max_steps:
+        _act(env, ep, policy(ep.messages, ep.tools), max_steps, max_tokens)
+    return _close(env, ep)
+
+
+def run_episodes(policy: BatchPolicy, env: Env, tasks: Sequence[Task], max_steps: int = 8,
+                 max_tokens: int = 2048) -> list[Episode]:
+    """The episodes of ``tasks`` in lockstep, each in its own session: at every step the episodes still under way
+    ask the policy for their next replies in one batch (decoding a batch costs little more than one sequence on the
+    in-process backends). Each episode's steps are exactly ``run_episode``'s."""
+    eps = [_open(env, task) for task in tasks]
+    for _ in range(max_steps):
+        active = [i for i, ep in enumerate(eps) if ep.stop is None]
+        if not active:
             break
-        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
-        for call in calls:
-            name = call.get("function", {}).get("name", "")
-            observation = env.call(session_id, name, call_arguments(call))
-            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
-                             "content": json.dumps(observation)})
-        if tokens >= max_tokens:
-            stop = "max_tokens"
-            break
-    return Episode(session_id, messages, env.verify(session_id), steps, tokens, stop)
+        replies = policy([(i, eps[i].messages, eps[i].tools) for i in active])
+        for i, reply in zip(active, replies, strict=True):
+            _act(env, eps[i], reply, max_steps, max_tokens)
+    return [_close(env, ep) for ep in eps]
 
 
 @dataclass
@@ -154,3 +205,27 @@ class BackendPolicy:
         gen = self.backend.generate([request], self.sampling)[0]
         self.generations.append(gen)
         return PolicyReply(gen.text, gen.tool_calls, gen.completion_tokens)
+
+
+@dataclass
+class BackendPolicies:
+    """A policy backend driving several episodes in lockstep (``run_episodes``): step i of episode e is sampled with
+    seed H(seeds[e], i), as ``BackendPolicy`` samples it, and the step's requests go to the backend in one call.
+    ``generations[e]`` keeps episode e's records (latency: the batch's wait)."""
+
+    backend: Backend
+    sampling: Sampling
+    seeds: list[int]
+    labels: list[str]
+    generations: list[list[Generation]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.generations = [[] for _ in self.seeds]
+
+    def __call__(self, turns: list[Turn]) -> list[PolicyReply]:
+        requests = [Request(messages, tools, batch_seed([self.seeds[e], len(self.generations[e])]), agent=True,
+                            label=self.labels[e]) for e, messages, tools in turns]
+        gens = self.backend.generate(requests, self.sampling)
+        for (e, _, _), gen in zip(turns, gens, strict=True):
+            self.generations[e].append(gen)
+        return [PolicyReply(g.text, g.tool_calls, g.completion_tokens) for g in gens]

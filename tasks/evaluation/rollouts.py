@@ -4,7 +4,8 @@ Contract:
 - ``plan(task_ids, samples, run_seed)`` lists (task index, sample, seed) in task order; each rollout's seed is
   H(run_seed, task id, sample), so a rollout's seed never depends on batching, limits or resumption.
 - ``run_batch`` generates and scores one batch: single-turn envs in one backend call, multi-turn envs (workplace)
-  as agent episodes in a fresh in-process session each (``tasks.agent``). Rows carry the completion (the trajectory's
+  as agent episodes in a fresh in-process session each, run in lockstep so that each step of the batch's
+  episodes is one backend call (``tasks.agents.agent.run_episodes``). Rows carry the completion (the trajectory's
   JSON for workplace), the verdict, latency, tokens and the outcome flags of ``tasks.metrics``.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from flywheel.schemas import Task, Verdict
-from flywheel.tasks.agents.agent import BackendPolicy, LocalEnv, openai_tools, run_episode
+from flywheel.tasks.agents.agent import BackendPolicies, LocalEnv, openai_tools, run_episodes
 from flywheel.tasks.evaluation.metrics import outcome
 from flywheel.tasks.inference.policy import Backend, Request, Sampling, completion_text
 from flywheel.verifiers import get_verifier
@@ -71,29 +72,30 @@ def _single_turn(backend: Backend, items: list[tuple[Task, str, int, int]], samp
             for (t, tool, s, seed), text, v, g in zip(items, texts, verdicts, gens)]
 
 
-def _episode(backend: Backend, item: tuple[Task, str, int, int], sampling: Sampling, threshold: float,
-             max_steps: int) -> dict[str, Any]:
-    task, tool, sample, seed = item
-    policy = BackendPolicy(backend, sampling, seed, label=f"task {task.id}")
-    ep = run_episode(policy, LocalEnv(), task, max_steps=max_steps, max_tokens=sampling.max_tokens * max_steps)
-    trajectory = ep.messages[len(task.messages):]
-    called = frozenset(c["function"]["name"] for m in trajectory for c in m.get("tool_calls") or [])
-    flags = outcome(task.env, ep.verdict, threshold, ep.stop_reason, called,
-                    frozenset(c.tool for c in task.reference.calls))
-    gens = policy.generations
-    tokens = (sum(g.prompt_tokens for g in gens), sum(g.completion_tokens for g in gens))
-    return _row(task, tool, sample, seed, json.dumps(trajectory), ep.verdict, sum(g.latency_s for g in gens), tokens,
-                ep.stop_reason, ep.steps, flags)
+def _episodes(backend: Backend, items: list[tuple[Task, str, int, int]], sampling: Sampling, threshold: float,
+              max_steps: int) -> list[dict[str, Any]]:
+    policy = BackendPolicies(backend, sampling, [seed for *_, seed in items], [f"task {t.id}" for t, *_ in items])
+    episodes = run_episodes(policy, LocalEnv(), [t for t, *_ in items], max_steps=max_steps,
+                            max_tokens=sampling.max_tokens * max_steps)
+    rows = []
+    for (task, tool, sample, seed), ep, gens in zip(items, episodes, policy.generations, strict=True):
+        trajectory = ep.messages[len(task.messages):]
+        called = frozenset(c["function"]["name"] for m in trajectory for c in m.get("tool_calls") or [])
+        flags = outcome(task.env, ep.verdict, threshold, ep.stop_reason, called,
+                        frozenset(c.tool for c in task.reference.calls))
+        tokens = (sum(g.prompt_tokens for g in gens), sum(g.completion_tokens for g in gens))
+        rows.append(_row(task, tool, sample, seed, json.dumps(trajectory), ep.verdict, sum(g.latency_s for g in gens),
+                         tokens, ep.stop_reason, ep.steps, flags))
+    return rows
 
 
 def run_batch(backend: Backend, items: list[tuple[Task, str, int, int]], sampling: Sampling, threshold: float,
-              max_steps: int, concurrency: int = 1) -> list[dict[str, Any]]:
+              max_steps: int) -> list[dict[str, Any]]:
     """Rows for (task, tool label, sample, seed) items, in their order."""
     single = [it for it in items if not get_env(it[0].env).multi_turn]
     rows = {(r["task_id"], r["sample"]): r
             for r in (_single_turn(backend, single, sampling, threshold) if single else [])}
     multi = [it for it in items if get_env(it[0].env).multi_turn]
-    with ThreadPoolExecutor(max(1, concurrency)) as pool:
-        for r in pool.map(lambda it: _episode(backend, it, sampling, threshold, max_steps), multi):
-            rows[(r["task_id"], r["sample"])] = r
+    for r in _episodes(backend, multi, sampling, threshold, max_steps) if multi else []:
+        rows[(r["task_id"], r["sample"])] = r
     return [rows[(t.id, s)] for t, _, s, _ in items]

@@ -3,7 +3,8 @@ first needs it, and every later request that starts with the same tokens reuses 
 
 Contract:
 - ``PrefixStore`` holds the KV caches (batch 1, one ``(keys, values)`` pair per layer) of token sequences for one
-  model identity, least recently used first out beyond a byte budget. ``check(identity)`` empties it when the
+  model identity, least recently used first out beyond a byte budget (``FLYWHEEL_PREFIX_CACHE_MB``, 1024: the
+  histories of a lockstep batch of 16 agent episodes); a sequence that is a prefix of a newer one is dropped. ``check(identity)`` empties it when the
   identity differs (another model, tokenizer, adapter, or weights changed in place by training), so a cache is
   never reused for a model that did not build it.
 - ``prepare(model, store, prompts)`` prefills each prompt but its last token at batch 1, extending the longest
@@ -36,7 +37,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class PrefixStore:
-    def __init__(self, max_bytes: int = int(os.environ.get("FLYWHEEL_PREFIX_CACHE_MB", "512")) << 20) -> None:
+    def __init__(self, max_bytes: int = int(os.environ.get("FLYWHEEL_PREFIX_CACHE_MB", "1024")) << 20) -> None:
         self.max_bytes, self.identity = max_bytes, None
         self.entries: OrderedDict[tuple[int, ...], KV] = OrderedDict()
         self.hits = self.reused_tokens = self.prefilled_tokens = 0
@@ -61,6 +62,8 @@ class PrefixStore:
 
     def put(self, ids: Sequence[int], kv: KV) -> None:
         key = tuple(ids)
+        for stored in [s for s in self.entries if len(s) < len(key) and key[:len(s)] == s]:
+            del self.entries[stored]  # a prefix of the new sequence: every match it gives, the new one gives too
         self.entries[key] = [(k.detach(), v.detach()) for k, v in kv]
         self.entries.move_to_end(key)
         while len(self.entries) > 1 and self.nbytes() > self.max_bytes:

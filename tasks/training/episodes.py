@@ -13,6 +13,7 @@ Contract:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from flywheel.schemas import Task
@@ -79,61 +80,101 @@ def _observation_ids(tokenizer: Any, chat: list[dict[str, str]], n_before: int) 
     return tokenizer(full[len(upto):], add_special_tokens=False)["input_ids"]
 
 
-def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p: float, max_new_tokens: int,
-                  max_steps: int) -> dict[str, Any]:
-    """One episode at the token level in a fresh in-process session: each step's context is the previous context
-    plus what the policy generated plus the observation tokens, so the trained log-probs are those sampled.
-    Returns prompt_ids, completion_ids, env_mask (1: generated, 0: observation) and the episode's record."""
-    from flywheel.tasks.inference.protocol import batch_seed, call_arguments, parse_action
+@dataclass
+class _TokenEpisode:
+    """An episode under way at the token level: its session, messages, prompt, completion and mask so far."""
 
-    env = LocalEnv()
-    session = env.seed(task)
-    messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in task.messages]
+    session: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    prompt_ids: list[int]
+    completion: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    steps: int = 0
+    calls: int = 0
+    tool_errors: int = 0
+    stop: str | None = None
+
+
+def _begin(policy: Any, env: LocalEnv, task: Task) -> _TokenEpisode:
+    messages = [m.model_dump(exclude_none=True) for m in task.messages]
     tools = openai_tools(task)
     prompt_ids = policy.encode([as_text_chat(messages, tools, agent=True)])[0]
-    completion: list[int] = []
-    mask: list[int] = []
-    steps = calls_made = tool_errors = 0
-    stop = "max_steps"
-    while steps < max_steps:
-        steps += 1
-        budget = min(max_new_tokens, EPISODE_TOKENS - len(completion))
-        new = policy.generate_ids([prompt_ids + completion], batch_seed([seed, steps]), temperature, top_p, budget)[0]
-        completion += new
-        mask += [1] * len(new)
-        calls = parse_action(policy.tokenizer.decode(new, skip_special_tokens=True))
-        if not calls:
-            stop = "answer"
+    return _TokenEpisode(env.seed(task), messages, tools, prompt_ids)
+
+
+def _advance(policy: Any, env: LocalEnv, ep: _TokenEpisode, new: list[int]) -> None:
+    """Append the policy's new tokens, run their calls in the episode's session and append the observation tokens
+    (masked out), or end the episode: an answer in text, a cut reply, no room left."""
+    from flywheel.tasks.inference.protocol import call_arguments, parse_action
+
+    ep.steps += 1
+    ep.completion += new
+    ep.mask += [1] * len(new)
+    calls = parse_action(policy.tokenizer.decode(new, skip_special_tokens=True))
+    if not calls:
+        ep.stop = "answer"
+        return
+    ep.messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+    n_before = len(as_text_chat(ep.messages, ep.tools, agent=True))
+    for call in calls:
+        name = call.get("function", {}).get("name", "")
+        observation = env.call(ep.session, name, call_arguments(call))
+        ep.calls += 1
+        ep.tool_errors += "error" in observation
+        ep.messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
+                            "content": json.dumps(observation)})
+    obs = _observation_ids(policy.tokenizer, as_text_chat(ep.messages, ep.tools, agent=True), n_before)
+    if new[-1:] != [policy.tokenizer.eos_token_id] or len(ep.completion) + len(obs) >= EPISODE_TOKENS:
+        ep.stop = "max_tokens"  # the reply was cut, or no room for the observation and another reply
+        return
+    ep.completion += obs
+    ep.mask += [0] * len(obs)
+
+
+def token_episodes(policy: Any, tasks: list[Task], seed: int, temperature: float, top_p: float,
+                   max_new_tokens: int, max_steps: int) -> list[dict[str, Any]]:
+    """Episodes at the token level, each in its own fresh in-process session, run in lockstep: at every step the
+    episodes under way generate in one batch (seed H(seed, step)). Each step's context is the previous context plus
+    what the policy generated plus the observation tokens, so the trained log-probs are those sampled. Returns per
+    episode prompt_ids, completion_ids, env_mask (1: generated, 0: observation) and the episode's record."""
+    from flywheel.tasks.inference.protocol import batch_seed
+
+    env = LocalEnv()
+    eps = [_begin(policy, env, task) for task in tasks]
+    for step in range(1, max_steps + 1):
+        active = [ep for ep in eps if ep.stop is None]
+        if not active:
             break
-        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
-        n_before = len(as_text_chat(messages, tools, agent=True))
-        for call in calls:
-            name = call.get("function", {}).get("name", "")
-            observation = env.call(session, name, call_arguments(call))
-            calls_made += 1
-            tool_errors += "error" in observation
-            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
-                             "content": json.dumps(observation)})
-        obs = _observation_ids(policy.tokenizer, as_text_chat(messages, tools, agent=True), n_before)
-        if new[-1:] != [policy.tokenizer.eos_token_id] or len(completion) + len(obs) >= EPISODE_TOKENS:
-            stop = "max_tokens"  # the reply was cut, or no room for the observation and another reply
-            break
-        completion += obs
-        mask += [0] * len(obs)
-    verdict = env.verify(session)
-    record = {"reward": verdict.reward if verdict.valid else None, "valid": verdict.valid, "steps": steps,
-              "calls": calls_made, "tool_errors": tool_errors, "answered": stop == "answer",
-              "unsafe": bool(verdict.components.get("unsafe_calls", 0))}
-    return {"prompt_ids": prompt_ids, "completion_ids": completion, "env_mask": mask, "episode": record}
+        budgets = [min(max_new_tokens, EPISODE_TOKENS - len(ep.completion)) for ep in active]
+        news = policy.generate_ids([ep.prompt_ids + ep.completion for ep in active], batch_seed([seed, step]),
+                                   temperature, top_p, max(budgets))
+        for ep, new, budget in zip(active, news, budgets, strict=True):
+            _advance(policy, env, ep, new[:budget])  # a shorter budget: the sample cut where generation would stop
+    out = []
+    for ep in eps:
+        verdict = env.verify(ep.session)
+        record = {"reward": verdict.reward if verdict.valid else None, "valid": verdict.valid, "steps": ep.steps,
+                  "calls": ep.calls, "tool_errors": ep.tool_errors, "answered": ep.stop == "answer",
+                  "unsafe": bool(verdict.components.get("unsafe_calls", 0))}
+        out.append({"prompt_ids": ep.prompt_ids, "completion_ids": ep.completion, "env_mask": ep.mask,
+                    "episode": record})
+    return out
+
+
+def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p: float, max_new_tokens: int,
+                  max_steps: int) -> dict[str, Any]:
+    """One episode (``token_episodes`` of one task)."""
+    return token_episodes(policy, [task], seed, temperature, top_p, max_new_tokens, max_steps)[0]
 
 
 def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int, prefix_cache: bool = True,
                          refill: int = 0) -> tuple[Any, Any, Any]:
     """TRL's ``rollout_func`` for multi-turn GRPO: each of the G copies of a prompt is its own episode in its own
-    session (``token_episode``); the prompt names its task (TRL passes prompts only). A group whose G episodes all
-    score the same is redrawn with a fresh task (``rollout.Refill``). Also returns the counters: the ``Rollouts``
-    state (rollout seconds: generation and environment) and the ``Refill`` (groups dropped per step)."""
-    from flywheel.tasks.inference.protocol import batch_seed
+    session, a round's episodes generated in lockstep (``token_episodes``); the prompt names its task (TRL passes
+    prompts only). A group whose G episodes all score the same is redrawn with a fresh task (``rollout.Refill``).
+    Also returns the counters: the ``Rollouts`` state (rollout seconds: generation and environment) and the
+    ``Refill`` (groups dropped per step)."""
     from flywheel.tasks.training.rollout import Refill, Rollouts, distinct
 
     by_prompt = {json.dumps(agent_prompt(t)): t for t in tasks}
@@ -144,10 +185,10 @@ def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps
         first, g = distinct(prompts, by_prompt)
 
         def generate(group_tasks: list[Task], round_seed: int) -> list[list[dict[str, Any]]]:
-            groups = [[token_episode(policy, task, batch_seed([round_seed, k, i]), trainer.temperature,
-                                     trainer.top_p, trainer.max_completion_length, max_steps) for i in range(g)]
-                      for k, task in enumerate(group_tasks)]
-            return [[e | {"reward": e["episode"]["reward"]} for e in group] for group in groups]
+            flat = token_episodes(policy, [task for task in group_tasks for _ in range(g)], round_seed,
+                                  trainer.temperature, trainer.top_p, trainer.max_completion_length, max_steps)
+            episodes = [e | {"reward": e["episode"]["reward"]} for e in flat]
+            return [episodes[k * g:(k + 1) * g] for k in range(len(group_tasks))]
 
         groups = filtering.run(first, path, generate)
         episodes = [(t, e) for t, group in groups for e in group]

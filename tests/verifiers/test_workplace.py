@@ -12,7 +12,16 @@ import pytest
 
 from conftest import cli_server
 from flywheel.schemas import Task
-from flywheel.tasks.agents.agent import BackendPolicy, HTTPEnv, LocalEnv, PolicyReply, run_episode
+from flywheel.tasks.agents.agent import (
+    BackendPolicies,
+    BackendPolicy,
+    HTTPEnv,
+    LocalEnv,
+    PolicyReply,
+    run_episode,
+    run_episodes,
+)
+from flywheel.tasks.inference.protocol import Generation
 from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.tasks.inference.policy import OpenAIBackend, Sampling, parse_action
@@ -55,6 +64,64 @@ def test_stops_at_max_steps_and_scores_what_was_done(wp_catalog) -> None:
     episode = run_episode(GoldPolicy(task), LocalEnv(), task, max_steps=2)
     assert episode.stop_reason == "max_steps" and episode.steps == 2
     assert episode.verdict.reward == 0.5 and episode.verdict.failure_class == "wrong_state"
+
+
+class ScriptedBackend:
+    """A backend answering each request with the gold calls of the task its label names, one per turn (or at once
+    "All done." for the tasks in ``lazy``); records the size of every call, so a test sees the batching."""
+
+    name = "scripted"
+
+    def __init__(self, tasks: list[Task], lazy: frozenset[int] = frozenset()) -> None:
+        self.plans = {f"task {i}": [json.dumps({"tool": c.tool, "args": c.args}) for c in t.reference.calls]
+                      for i, t in enumerate(tasks) if i not in lazy}
+        self.calls: list[int] = []
+
+    def generate(self, requests, sampling):
+        self.calls.append(len(requests))
+        out = []
+        for r in requests:
+            turn = sum(1 for m in r.messages if m["role"] == "assistant")
+            plan = self.plans.get(r.label, [])
+            text = plan[turn] if turn < len(plan) else "All done."
+            out.append(Generation(text, None, r.seed, 0.0, 1, 5, "stop"))
+        return out
+
+
+def test_lockstep_episodes_are_the_sequential_ones_in_one_backend_call_per_step(wp_catalog) -> None:
+    """run_episodes drives each episode exactly as run_episode does (same messages, verdict, steps, stop), every
+    episode in its own session, while each step of all episodes under way is one backend call. Tasks 0 and 1 are
+    the same task: 0 does the gold calls and 1 answers at once, in the same batches; 1's untouched session is
+    scored on its own."""
+    tools, seeds = wp_catalog
+    first = candidate(0, seeds, tools, 3)[0]
+    tasks = [first, first] + [candidate(k, seeds, tools, 3)[0] for k in range(1, 7)]
+    backend = ScriptedBackend(tasks, lazy=frozenset({1, 5}))
+    policy = BackendPolicies(backend, Sampling(0.0, 1.0, 64), list(range(len(tasks))), [f"task {i}" for i in
+                                                                                          range(len(tasks))])
+    batched = run_episodes(policy, LocalEnv(), tasks, max_steps=6)
+    longest = max(len(t.reference.calls) for i, t in enumerate(tasks) if i not in {1, 5}) + 1
+    assert len(backend.calls) == longest and backend.calls[0] == len(tasks)  # one call per step, all at once
+    for i, (task, ep) in enumerate(zip(tasks, batched)):
+        single = BackendPolicy(ScriptedBackend(tasks, lazy=frozenset({1, 5})), Sampling(0.0, 1.0, 64), i,
+                               label=f"task {i}")
+        alone = run_episode(single, LocalEnv(), task, max_steps=6)
+        assert (ep.messages, ep.verdict, ep.steps, ep.stop_reason, ep.completion_tokens) == (
+            alone.messages, alone.verdict, alone.steps, alone.stop_reason, alone.completion_tokens)
+        assert [g.seed for g in policy.generations[i]] == [g.seed for g in single.generations]
+        assert ep.verdict.reward == (1.0 if i not in {1, 5} else alone.verdict.reward)
+    assert batched[1].verdict.reward < 1.0 and batched[1].steps == 1  # not task 0's session
+
+
+def test_lockstep_episodes_stop_at_max_steps_and_max_tokens(wp_catalog) -> None:
+    tools, seeds = wp_catalog
+    task = seed_task(next(s for s in seeds if s.id == "wp-reschedule-notify"), tools)
+    policy = BackendPolicies(ScriptedBackend([task, task]), Sampling(0.0, 1.0, 64), [0, 1], ["task 0", "task 1"])
+    capped, tokens = run_episodes(policy, LocalEnv(), [task, task], max_steps=2)[0], run_episodes(
+        BackendPolicies(ScriptedBackend([task]), Sampling(0.0, 1.0, 64), [0], ["task 0"]), LocalEnv(), [task],
+        max_steps=6, max_tokens=5)[0]
+    assert (capped.stop_reason, capped.steps, capped.verdict.reward) == ("max_steps", 2, 0.5)
+    assert (tokens.stop_reason, tokens.steps) == ("max_tokens", 1)
 
 
 def test_parse_action_reads_text_tool_calls() -> None:

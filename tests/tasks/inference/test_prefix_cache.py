@@ -65,6 +65,11 @@ def test_store_matches_exact_token_prefixes_only_and_forgets_other_identities() 
     store.put([6], big)  # over the byte budget: the least recently used entries go first
     assert list(store.entries) == [(6,)]
     assert common_prefix([1, 2], [1, 2, 3]) == 2
+    store.put([7, 8], kv)
+    store.put([7, 8, 9], kv)  # an agent's next turn: the stored earlier turn is a prefix of it, and goes
+    assert (7, 8) not in store.entries and store.match([7, 8, 1]) == (2, (7, 8, 9))
+    store.put([7], kv)  # a shorter sequence is kept beside the longer one
+    assert (7,) in store.entries and (7, 8, 9) in store.entries
 
 
 @pytest.mark.slow
@@ -173,3 +178,30 @@ def test_generation_runs_on_cuda_in_bf16_with_reuse() -> None:
     requests = _requests(_tasks("tool_call", 8))
     texts = _texts(gpu, requests, Sampling(0.0, 1.0, 16), reuse=True)
     assert len(texts) == 8 and gpu.store.reused_tokens > 0
+
+
+@pytest.mark.slow
+def test_lockstep_agent_episodes_repeat_and_batch_every_step(model) -> None:
+    """Workplace episodes in an eval batch run in lockstep on the embedded model: each step of the episodes under
+    way is one backend call, and the same seeds give the same trajectories from a cold or a warm store."""
+    from flywheel.tasks.inference.backends import TransformersBackend
+
+    tasks = _tasks("workplace", 4)
+    items = [(t, "", 0, rollout_seed(0, t.id, 0)) for t in tasks]
+
+    class Counting(TransformersBackend):
+        sizes: list[int] = []
+
+        def generate(self, requests, sampling):
+            self.sizes.append(len(requests))
+            return super().generate(requests, sampling)
+
+    model.prefix_cache, model.store = True, PrefixStore()
+    runs = []
+    for _ in range(2):  # the second run starts from the first one's store
+        backend = Counting(None, 16, loaded=model)
+        backend.sizes = []
+        rows = run_batch(backend, items, Sampling(0.7, 0.95, 24), 1.0, 3)
+        assert len(backend.sizes) == max(r["steps"] for r in rows) and backend.sizes[0] == len(tasks)
+        runs.append([(r["completion"], r["reward"], r["steps"]) for r in rows])
+    assert runs[0] == runs[1]

@@ -120,6 +120,51 @@ def test_the_g_episodes_of_a_prompt_never_share_a_session(tokenizer) -> None:
     assert observed.count("Result of ") == len(gold) and not any(g in observed for g in gold)
 
 
+class ScriptedRows(Scripted):
+    """A lockstep batch: row i of every generate_ids call answers from script i (then DONE); records batch sizes."""
+
+    def __init__(self, tokenizer, scripts: list[list[str]]) -> None:
+        super().__init__(tokenizer, [])
+        self.scripts, self.sizes, self.rows = [list(s) for s in scripts], [], None
+
+    def generate_ids(self, prompts, seed, temperature, top_p, max_new_tokens):
+        self.sizes.append(len(prompts))
+        if self.rows is None:
+            self.rows = list(range(len(prompts)))
+        # the episodes under way, in order: those whose script still has a reply, or that still owe their DONE
+        live = [i for i in self.rows if self.scripts[i] is not None]
+        out = []
+        for i in live:
+            text = self.scripts[i].pop(0) if self.scripts[i] else DONE
+            if text == DONE:
+                self.scripts[i] = None
+            out.append(self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id])
+        return out
+
+
+def test_the_g_episodes_of_one_lockstep_batch_never_share_a_session(tokenizer) -> None:
+    """The G episodes of a prompt generate together, one batch per step: episode 0 does the gold calls (one of
+    them destructive if replayed on a shared state), episodes 1 and 2 answer at once. Each is scored on its own
+    session: 0 solves the task, 1 and 2 are untouched; the batch shrinks as episodes end."""
+    from flywheel.tasks.training.episodes import token_episodes
+
+    task = next(t for t in _tasks(8) if len(t.reference.calls) >= 2)
+    gold = [json.dumps({"tool": c.tool, "args": c.args}) for c in task.reference.calls]
+    policy = ScriptedRows(tokenizer, [gold, [], gold])
+    a, b, c = token_episodes(policy, [task, task, task], 0, 1.0, 1.0, 64, 6)
+    assert a["episode"]["reward"] == 1.0 and c["episode"]["reward"] == 1.0
+    assert b["episode"]["calls"] == 0 and b["episode"]["reward"] < 1.0 and b["episode"]["steps"] == 1
+    assert policy.sizes == [3] + [2] * len(gold)  # b answered at step 1; a and c go on together
+    alone = token_episode_of(tokenizer, task, gold)
+    assert a["completion_ids"] == alone["completion_ids"] and a["env_mask"] == alone["env_mask"]
+
+
+def token_episode_of(tokenizer, task, script):
+    from flywheel.tasks.training.episodes import token_episode
+
+    return token_episode(Scripted(tokenizer, script), task, 0, 1.0, 1.0, 64, 6)
+
+
 @pytest.mark.slow
 def test_a_killed_multi_turn_grpo_run_resumes_from_its_checkpoint(workplace_dataset, tmp_path) -> None:
     """GRPO on workplace episodes through the CLI, killed (SIGKILL) after its first checkpoint: the rerun resumes
