@@ -134,8 +134,9 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 100, "grpo_steps": 16
 
 
 class RunConfig(BaseModel):
-    """``flywheel run``: sizes chosen so the whole loop fits in 20 minutes on 2 CPU cores; ``profile="full"`` sets
-    the sizes of ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) where not given."""
+    """``flywheel run``: sizes chosen so the whole tool_call loop fits in 20 minutes on 2 CPU cores; an env's
+    ``run_defaults`` (``EnvSpec``) replace them for that env, and ``profile="full"`` sets the sizes of
+    ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) over both; options given win."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -194,9 +195,14 @@ class RunConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _profile(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("profile") == "full":
-            return {**FULL_PROFILE, **data}
-        return data
+        """Options not given come from the --profile preset, then the env's ``run_defaults``, then the fields."""
+        if not isinstance(data, dict):
+            return data
+        from flywheel.verifiers.envs import env_names, get_env
+
+        env = data.get("env", cls.model_fields["env"].default)
+        preset = dict(get_env(env).run_defaults) if isinstance(env, str) and env in env_names() else {}
+        return {**preset, **(FULL_PROFILE if data.get("profile") == "full" else {}), **data}
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

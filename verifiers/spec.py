@@ -21,6 +21,8 @@ Hooks and their signatures:
   when the env has none. ``ingest``: production trajectories of the env can be ingested.
 - ``replay_reference(task) -> Reference``: a multi-turn env's reference completed from its calls and initial state
   (the golden final state, by replaying the calls in a fresh session); ValueError saying why when it cannot.
+- ``run_defaults``: ``flywheel run`` options this env needs instead of RunConfig's defaults (e.g. more train
+  tasks and LoRA on every linear layer for multi-step agents); the options a user gives still win.
 - Paths: ``seeds_path`` (seeds.jsonl), ``tools_path`` (tools.json; None when the env has no catalog),
   ``cases_path`` (golden verifier cases).
 """
@@ -28,7 +30,7 @@ Hooks and their signatures:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -98,6 +100,9 @@ class EnvSpec:
     ingest: bool = False  # production trajectories of this env can be ingested
     resources_server: Callable[..., Any] | None = None  # (**limits) -> ASGI app serving the env (serve-env)
     replay_reference: Callable[[Task], Reference] | None = None  # multi-turn: the golden final state from the calls
+    # flywheel run's sizes for this env where RunConfig's defaults (sized for single-turn tool calls) do not let it
+    # learn: applied under every --profile, options given still win (flows/config.py: RunConfig)
+    run_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def check_seed(self, seed: SeedTask) -> None:
         """Raise ValueError when the seed breaks this env's rules (slots named, exactly ``seed_fields`` given)."""

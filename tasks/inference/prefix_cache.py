@@ -4,9 +4,9 @@ first needs it, and every later request that starts with the same tokens reuses 
 Contract:
 - ``PrefixStore`` holds the KV caches (batch 1, one ``(keys, values)`` pair per layer) of token sequences for one
   model identity, least recently used first out beyond a byte budget (``FLYWHEEL_PREFIX_CACHE_MB``, 1024: the
-  histories of a lockstep batch of 16 agent episodes); a sequence that is a prefix of a newer one is dropped. ``check(identity)`` empties it when the
-  identity differs (another model, tokenizer, adapter, or weights changed in place by training), so a cache is
-  never reused for a model that did not build it.
+  histories of a lockstep batch of 16 agent episodes); a sequence that is a prefix of a newer one is dropped.
+  ``check(identity)`` empties it when the identity differs (another model, tokenizer, adapter, or weights changed
+  in place by training), so a cache is never reused for a model that did not build it.
 - ``prepare(model, store, prompts)`` prefills each prompt but its last token at batch 1, extending the longest
   stored prefix, so a prefix that prompts share (the system prompt and tools, the G copies of a GRPO prompt, an
   agent's history) is computed once; then it returns the batch's starting cache and inputs, row i

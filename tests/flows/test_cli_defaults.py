@@ -75,3 +75,27 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     assert RunConfig(profile="full", eval_limit=300, grpo_steps=2).model_dump(include={"eval_limit", "grpo_steps"}) \
         == {"eval_limit": 300, "grpo_steps": 2}
     assert RunConfig().eval_limit == 48 and RunConfig().grpo_learning_rate == 3e-5  # the default profile is untouched
+
+
+def test_an_envs_run_defaults_replace_the_tool_call_sizes_and_given_options_win() -> None:
+    """`flywheel run --env workplace` takes the sizes an agent needs to learn (EnvSpec.run_defaults); options given
+    on the command line still win, --profile full sets its own sizes over them, other envs keep RunConfig's."""
+    from typer.testing import CliRunner
+
+    from flywheel.flows.cli import app
+    from flywheel.flows.config import FULL_PROFILE, RunConfig
+    from flywheel.verifiers.envs import get_env
+
+    preset = dict(get_env("workplace").run_defaults)
+    assert preset["lora_targets"] == "all-linear" and preset["n"] > RunConfig().n
+    wp = RunConfig(env="workplace")
+    assert {k: getattr(wp, k) for k in preset} == preset
+    assert RunConfig(env="workplace", n=60, lora_targets="attention").model_dump(include={"n", "lora_targets"}) \
+        == {"n": 60, "lora_targets": "attention"}
+    full = RunConfig(env="workplace", profile="full")
+    assert {k: getattr(full, k) for k in FULL_PROFILE} == FULL_PROFILE and full.lora_targets == "all-linear"
+    assert RunConfig(env="math").model_dump() == RunConfig(env="math", **{k: RunConfig.model_fields[k].default
+                                                                          for k in preset}).model_dump()
+    # through the CLI: a bad value still fails in one line before any work, whatever the preset
+    result = CliRunner().invoke(app, ["run", "--env", "workplace", "--n", "5", "--out", "x"])
+    assert result.exit_code == 1 and "n" in result.output and "20" in result.output

@@ -21,10 +21,10 @@ from flywheel.tasks.agents.agent import (
     run_episode,
     run_episodes,
 )
-from flywheel.tasks.inference.protocol import Generation
 from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.tasks.inference.policy import OpenAIBackend, Sampling, parse_action
+from flywheel.tasks.inference.protocol import Generation
 from flywheel.verifiers.envs.workplace import workplace
 
 
