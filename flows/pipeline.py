@@ -91,6 +91,7 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         limit=skip[1] if skip[0] else config.train_limit,
                         max_steps=config.sft_steps if sft else config.grpo_steps,
                         batch_size=config.sft_batch_size if sft else config.num_generations * config.grpo_prompts,
+                        micro_batch=None if sft else config.num_generations,  # one group per pass: bounded memory
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
                         max_completion_length=config.max_tokens, eval_limit=config.eval_limit,

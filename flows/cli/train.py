@@ -24,6 +24,9 @@ def train(
     max_steps: int = typer.Option(20, help="Optimizer steps."),
     batch_size: int = typer.Option(8, help="SFT: rows per step; GRPO: completions per step (a multiple of "
                                            "--num-generations)."),
+    micro_batch: int = typer.Option(None, help="Rows per forward/backward pass; each step accumulates the gradients "
+                                               "of --batch-size / N passes (default: the whole batch at once). Bounds "
+                                               "memory on long multi-turn episodes."),
     learning_rate: float = typer.Option(1e-4, help="Learning rate."),
     lora_r: int = typer.Option(16, help="LoRA rank."),
     lora_targets: str = typer.Option("attention", help="LoRA on the attention projections (attention) or on every "
@@ -55,7 +58,8 @@ def train(
     try:
         config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
                              skip_tasks=str(skip_tasks) if skip_tasks else None, max_steps=max_steps,
-                             batch_size=batch_size, learning_rate=learning_rate, lora_r=lora_r, lora_alpha=2 * lora_r,
+                             batch_size=batch_size, micro_batch=micro_batch, learning_rate=learning_rate,
+                             lora_r=lora_r, lora_alpha=2 * lora_r,
                              lora_targets=lora_targets,
                              num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
                              validation=validation,

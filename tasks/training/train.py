@@ -80,6 +80,9 @@ class TrainConfig(BaseModel):
     limit: int | None = Field(default=None, ge=1)  # the first N train tasks by id (before --skip-tasks)
     max_steps: int = Field(default=20, ge=1, le=1_000_000)
     batch_size: int = Field(default=8, ge=1, le=4096)
+    # rows per forward/backward pass (gradient accumulation up to batch_size; None: the whole batch at once): bounds
+    # memory when a batch of long multi-turn episodes would not fit
+    micro_batch: int | None = Field(default=None, ge=1, le=4096)
     learning_rate: float = Field(default=1e-4, gt=0, le=1.0)
     lora_r: int = Field(default=16, ge=1, le=1024)
     lora_alpha: int = Field(default=32, ge=1, le=4096)
@@ -103,6 +106,9 @@ class TrainConfig(BaseModel):
             raise ValueError(f"GRPO needs --batch-size (completions per step, {self.batch_size}) to be a multiple of "
                              f"--num-generations ({self.num_generations}): "
                              "each prompt gets num_generations completions")
+        if self.micro_batch is not None and self.batch_size % self.micro_batch:
+            raise ValueError(f"--micro-batch ({self.micro_batch}) must divide --batch-size ({self.batch_size}): each "
+                             "step accumulates the gradients of batch-size / micro-batch passes")
         if not (Path(self.dataset) / "manifest.json").is_file():
             raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
                              "pass OUT/NAME/VERSION as printed by `flywheel generate`")
@@ -225,12 +231,14 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
         peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                                  task_type="CAUSAL_LM",
                                  target_modules=LORA_TARGETS[config.lora_targets])
+    micro = config.micro_batch or config.batch_size  # rows per pass; the step accumulates batch_size / micro passes
+    common = common | {"gradient_accumulation_steps": config.batch_size // micro}
     if config.method == "sft":
         from trl import SFTConfig, SFTTrainer
 
         from flywheel.tasks.training.episodes import sft_row
 
-        args = SFTConfig(per_device_train_batch_size=config.batch_size, completion_only_loss=True, **common)
+        args = SFTConfig(per_device_train_batch_size=micro, completion_only_loss=True, **common)
         # multi-turn: pre-tokenized episodes whose assistant_masks TRL turns into the labels
         rows = [sft_row(tokenizer, t) for t in tasks] if get_env(tasks[0].env).multi_turn else sft_rows(tasks)
         return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
@@ -238,7 +246,9 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
     from trl import GRPOConfig, GRPOTrainer
 
     gspo = config.loss_type == "gspo"  # TRL: GSPO is the grpo loss with sequence-level importance sampling
-    args = GRPOConfig(per_device_train_batch_size=config.batch_size, num_generations=config.num_generations,
+    # TRL generates once per optimizer step (steps_per_generation = the accumulation steps): the rollout sees the whole
+    # batch, so its G copies of each prompt stay together and the groups' advantages use every completion
+    args = GRPOConfig(per_device_train_batch_size=micro, num_generations=config.num_generations,
                       loss_type="grpo" if gspo else config.loss_type,
                       importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
                       max_completion_length=config.max_completion_length, temperature=config.temperature, **common)

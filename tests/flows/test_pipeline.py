@@ -92,12 +92,13 @@ def test_a_gpu_pool_without_its_deployment_is_a_clear_error(prefect_api) -> None
 @pytest.mark.slow
 def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     """`flywheel run --env workplace`, reduced: a workplace dataset, agent-episode evals of the same rollouts, SFT on
-    gold episodes, GRPO on whole episodes (their counts in the log), the gate on tokens per call, not seconds."""
+    gold episodes, GRPO on whole episodes (two prompts a step, one group per pass; their counts in the log), the gate
+    on tokens per call, not seconds."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
            "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
-           "--max-tokens", "16", "--train-limit", "2", "--refill", "1", "--curriculum-samples", "0",
-           "--capability-tasks", "0", "--validation-tasks", "1"]
+           "--grpo-prompts", "2", "--max-tokens", "16", "--train-limit", "2", "--refill", "1",
+           "--curriculum-samples", "0", "--capability-tasks", "0", "--validation-tasks", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
@@ -112,7 +113,9 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"] and keys[0] == keys[1] == keys[2]
     grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
-    assert grpo[0]["groups"] == 1 and grpo[0]["groups_dropped"] <= 1  # online filtering: at most one redraw
+    # two prompts a step, one group per forward/backward pass (gradient accumulation); at most one redraw each
+    assert grpo[0]["groups"] == 2 and grpo[0]["groups_dropped"] <= 2
+    assert json.loads((out / "grpo" / "train_config.json").read_text())["micro_batch"] == 2
     assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] == 1  # agent episodes checked
     reg = Registry(summary["registry"])
     assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}

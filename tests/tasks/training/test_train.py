@@ -73,6 +73,8 @@ def test_an_out_folder_belongs_to_one_training_config(dataset, tmp_path) -> None
 
 def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
     cases = [(["--batch-size", "6", "--num-generations", "4"], "multiple of --num-generations"),
+             (["--batch-size", "8", "--micro-batch", "3"], "--micro-batch (3) must divide --batch-size (8)"),
+             (["--micro-batch", "0"], "--micro-batch"),
              (["--method", "dpo"], "--method"),
              (["--loss-type", "ppo"], "--loss-type"),
              (["--skip-tasks", str(tmp_path / "nope.parquet")], "flywheel eval --split train"),
