@@ -15,7 +15,8 @@ Contract:
   agent episodes. GRPO on multi-turn: one completion is one whole episode in its own fresh session (``episodes.py``,
   TRL's ``rollout_func``), the observation tokens masked out of the loss (``env_mask``), the reward the verifier's
   verdict on the final state.
-- CUDA and bf16 when a GPU is present; the same code runs on CPU.
+- CUDA and bf16 when a GPU is present; the same code runs on CPU, where TRL's fused LM head scores only the
+  labelled positions, as it does on GPUs (``score_labelled_positions_only``).
 - Reproducible: the same seed, data and config on CPU give a byte-identical adapter (the RNGs are seeded before the
   LoRA adapter is created; GRPO samples under seeds derived from the run seed and the step).
 """
@@ -257,6 +258,23 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
                        processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks, rollout_func=rollout)
 
 
+def score_labelled_positions_only() -> None:
+    """TRL 1.16's fused LM head (SFT loss, GRPO log-probs) scores every position of a sequence unless the device runs
+    Triton, where it scores only the positions with a label (``trl/trainer/utils.py: add_fused_lm_head``: elsewhere
+    a varying count of positions would recompile its tiles). In eager mode on CPU nothing recompiles, and the
+    prompt's positions (every position outside the completion, for GRPO the prompt and padding) carry no loss: the
+    LM head over a 49k vocabulary for them was a third of an SFT step here. Scoring the labelled ones only gives the
+    same loss and log-probs (tests/tasks/training/test_train.py). The name patched is read only for that choice
+    (the kernels read their own module's)."""
+    import trl.trainer.utils as trl_utils
+
+    trl_utils._use_triton = _always  # type: ignore[attr-defined]
+
+
+def _always(device: Any) -> bool:
+    return True
+
+
 def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     import datasets
     import torch
@@ -312,6 +330,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
               "report_to": [], "bf16": cuda, "gradient_checkpointing": False, "use_cpu": not cuda,
               "disable_tqdm": True}
     t0 = time.perf_counter()
+    score_labelled_positions_only()
     set_seed(config.seed)  # before the trainer: a new LoRA adapter's initial weights come from this state
     trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward, rollout)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; TrainLog writes them as JSON lines

@@ -181,3 +181,41 @@ def test_the_same_seed_and_data_give_byte_identical_adapters(dataset, tmp_path) 
     torch.rand(1000)  # another random state before the second run
     random.random()
     assert both(tmp_path / "b") == first
+
+
+def test_the_fused_lm_head_scores_only_labelled_positions_with_the_same_loss(monkeypatch) -> None:
+    """On CPU, TRL's fused LM head scored every position (prompt included) and masked the loss afterwards; after
+    score_labelled_positions_only() it projects only the labelled positions, as on GPUs: the same loss, log-probs
+    and entropies from far fewer rows."""
+    import torch
+    import trl.trainer.utils as trl_utils
+    from trl.trainer.utils import add_fused_lm_head
+
+    from flywheel.tasks.inference.models import load_causal_lm, resolve_model
+    from flywheel.tasks.training.train import score_labelled_positions_only
+
+    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # restored after the test
+    rows: list[int] = []
+    kernel = trl_utils._ChunkedLogProbFunction
+
+    class Counting:
+        @staticmethod
+        def apply(hidden, *args):
+            rows.append(hidden.shape[0])
+            return kernel.apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Counting)
+    model, _ = load_causal_lm(resolve_model(None))
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids = torch.randint(100, 40000, (2, 48), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[:, :40] = -100  # the prompt: no loss
+    labels[1, 44:] = -100  # padding at the end of row 1
+    with torch.no_grad():
+        every = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        score_labelled_positions_only()
+        only = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    assert rows == [2 * 47, int((labels[:, 1:] != -100).sum())] and rows[1] == 8 + 4
+    assert torch.allclose(every.loss, only.loss, atol=1e-6)
+    assert torch.allclose(every.log_probs, only.log_probs, atol=1e-5)
+    assert torch.allclose(every.entropy, only.entropy, atol=1e-5)
