@@ -16,11 +16,12 @@ import tempfile
 from pathlib import Path
 
 import trl.trainer.utils as trl_utils
+from trl.kernels import chunked_logprob
 
 import flywheel.tasks.training.train as train_module
 from flywheel.tasks.training.train import TrainConfig, train
 
-ORIGINAL, SCORE = trl_utils._use_triton, train_module.score_labelled_positions_only
+ORIGINAL, SCORE = chunked_logprob._use_triton, train_module.score_labelled_positions_only
 
 
 def run(dataset: str, method: str, steps: int, labelled_only: bool) -> dict:

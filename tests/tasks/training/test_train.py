@@ -189,12 +189,14 @@ def test_the_fused_lm_head_scores_only_labelled_positions_with_the_same_loss(mon
     and entropies from far fewer rows."""
     import torch
     import trl.trainer.utils as trl_utils
+    from trl.kernels import chunked_logprob
     from trl.trainer.utils import add_fused_lm_head
 
     from flywheel.tasks.inference.models import load_causal_lm, resolve_model
     from flywheel.tasks.training.train import score_labelled_positions_only
 
-    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # restored after the test
+    # TRL's own choice, whatever an earlier train() in this process patched; restored after the test
+    monkeypatch.setattr(trl_utils, "_use_triton", chunked_logprob._use_triton)
     rows: list[int] = []
     kernel = trl_utils._ChunkedLogProbFunction
 
