@@ -113,6 +113,23 @@ def test_lockstep_episodes_are_the_sequential_ones_in_one_backend_call_per_step(
     assert batched[1].verdict.reward < 1.0 and batched[1].steps == 1  # not task 0's session
 
 
+def test_hostile_replies_in_a_lockstep_batch_are_observations_and_touch_no_other_session(wp_catalog) -> None:
+    """Episode 1 of a lockstep batch writes hostile calls (an unknown tool, a path-like name, arguments that are not
+    an object) beside episode 0 doing the gold calls on the same task: 1 gets error observations in its own session
+    and is scored on it; 0 still solves the task."""
+    tools, seeds = wp_catalog
+    task = candidate(0, seeds, tools, 3)[0]
+    backend = ScriptedBackend([task, task], lazy=frozenset({1}))
+    backend.plans["task 1"] = ['{"tool": "no_such_tool", "args": {}}', '{"tool": "../verify", "args": {}}',
+                               json.dumps({"tool": task.reference.calls[0].tool, "args": ["not", "an", "object"]})]
+    policy = BackendPolicies(backend, Sampling(0.0, 1.0, 64), [0, 1], ["task 0", "task 1"])
+    gold, hostile = run_episodes(policy, LocalEnv(), [task, task], max_steps=6)
+    assert gold.verdict.reward == 1.0 and gold.stop_reason == "answer"
+    errors = [json.loads(m["content"]) for m in hostile.messages if m["role"] == "tool"]
+    assert len(errors) == 3 and all(set(e) == {"error"} for e in errors)
+    assert hostile.stop_reason == "answer" and hostile.steps == 4 and hostile.verdict.reward < 1.0
+
+
 def test_lockstep_episodes_stop_at_max_steps_and_max_tokens(wp_catalog) -> None:
     tools, seeds = wp_catalog
     task = seed_task(next(s for s in seeds if s.id == "wp-reschedule-notify"), tools)
