@@ -195,14 +195,16 @@ class RunConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _profile(cls, data: Any) -> Any:
-        """Options not given come from the --profile preset, then the env's ``run_defaults``, then the fields."""
+        """Options not given come from the --profile preset, then the env's ``run_defaults``, then the fields. The
+        full profile only raises an env's sizes (workplace's SFT needs more steps than tool_call's full profile)."""
         if not isinstance(data, dict):
             return data
         from flywheel.verifiers.envs import env_names, get_env
 
         env = data.get("env", cls.model_fields["env"].default)
         preset = dict(get_env(env).run_defaults) if isinstance(env, str) and env in env_names() else {}
-        return {**preset, **(FULL_PROFILE if data.get("profile") == "full" else {}), **data}
+        full = {k: max(v, preset.get(k, v)) if isinstance(v, int) else v for k, v in FULL_PROFILE.items()}
+        return {**preset, **(full if data.get("profile") == "full" else {}), **data}
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

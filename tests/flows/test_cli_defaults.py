@@ -92,8 +92,10 @@ def test_an_envs_run_defaults_replace_the_tool_call_sizes_and_given_options_win(
     assert {k: getattr(wp, k) for k in preset} == preset
     assert RunConfig(env="workplace", n=60, lora_targets="attention").model_dump(include={"n", "lora_targets"}) \
         == {"n": 60, "lora_targets": "attention"}
-    full = RunConfig(env="workplace", profile="full")
-    assert {k: getattr(full, k) for k in FULL_PROFILE} == FULL_PROFILE and full.lora_targets == "all-linear"
+    full = RunConfig(env="workplace", profile="full")  # the full profile never lowers the env's sizes
+    assert {k: getattr(full, k) for k in FULL_PROFILE} == {k: max(v, preset.get(k, v)) for k, v in
+                                                           FULL_PROFILE.items()} and full.lora_targets == "all-linear"
+    assert full.sft_steps == preset["sft_steps"] > FULL_PROFILE["sft_steps"] and full.n == FULL_PROFILE["n"]
     assert RunConfig(env="math").model_dump() == RunConfig(env="math", **{k: RunConfig.model_fields[k].default
                                                                           for k in preset}).model_dump()
     # through the CLI: a bad value still fails in one line before any work, whatever the preset
