@@ -135,8 +135,8 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 100, "grpo_steps": 16
 
 class RunConfig(BaseModel):
     """``flywheel run``: sizes chosen so the whole tool_call loop fits in 20 minutes on 2 CPU cores; an env's
-    ``run_defaults`` (``EnvSpec``) replace them for that env, and ``profile="full"`` sets the sizes of
-    ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) over both; options given win."""
+    ``run_defaults`` (``EnvSpec``) replace them for that env, and ``profile="full"`` raises them to the sizes of
+    ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) where smaller; options given win."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
