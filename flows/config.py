@@ -17,6 +17,7 @@ from flywheel.schemas import Thresholds
 from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.dedupe import MAX_NGRAM
 from flywheel.tasks.data.seeds import SEEDS_DIR
+from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
 MAX_ROWS = 10_000_000
@@ -186,6 +187,7 @@ class RunConfig(BaseModel):
                                              "model is not trained on, whose held-out success the gate checks.")
     capability_tasks: int = Field(default=8, ge=0, le=MAX_ROWS, description="Held-out tasks per capability env "
                                   "in the gate's check (0: off).")
+    grpo_reward: RewardKind = Field(default="success", description=REWARD_HELP)
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, option, with_progress
 from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
+from flywheel.tasks.training.rewards import REWARD_HELP
 
 
 @app.command()
@@ -36,6 +37,7 @@ def train(
     beta: float = typer.Option(0.0, help="GRPO: KL coefficient."),
     refill: int = typer.Option(2, help="GRPO online filtering: a group whose G rewards are all equal carries no "
                                        "signal and is replaced by a fresh task's group, up to N times (0: kept)."),
+    reward: str = typer.Option("verifier", help=REWARD_HELP),
     max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
     eval_interval: int = typer.Option(10, help="Held-out (or --validation) reward and success every N steps."),
     validation: int = typer.Option(0, help="Hold the last N train tasks apart (never trained on): the periodic checks "
@@ -62,7 +64,7 @@ def train(
                              lora_r=lora_r, lora_alpha=2 * lora_r,
                              lora_targets=lora_targets,
                              num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
-                             validation=validation,
+                             reward=reward, validation=validation,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
         resolve_model(model)  # a bad --model fails before any flow run starts
@@ -103,6 +105,7 @@ def run_(
     grpo_learning_rate: float = option(RunConfig, "grpo_learning_rate"),
     num_generations: int = option(RunConfig, "num_generations"),
     refill: int = option(RunConfig, "refill"),
+    grpo_reward: str = option(RunConfig, "grpo_reward"),
     validation_tasks: int = option(RunConfig, "validation_tasks"),
     capability_tasks: int = option(RunConfig, "capability_tasks"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),

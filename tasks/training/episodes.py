@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flywheel.schemas import Task
 from flywheel.tasks.agents.agent import Episode, LocalEnv, PolicyReply, openai_tools, run_episode
 from flywheel.tasks.inference.protocol import as_text_chat
+
+if TYPE_CHECKING:
+    from flywheel.tasks.training.rewards import RewardKind
 
 DONE = "Done."
 
@@ -156,7 +159,7 @@ def token_episodes(policy: Any, tasks: list[Task], seed: int, temperature: float
         verdict = env.verify(ep.session)
         record = {"reward": verdict.reward if verdict.valid else None, "valid": verdict.valid, "steps": ep.steps,
                   "calls": ep.calls, "tool_errors": ep.tool_errors, "answered": ep.stop == "answer",
-                  "unsafe": bool(verdict.components.get("unsafe_calls", 0))}
+                  "unsafe": bool(verdict.components.get("unsafe_calls", 0)), "failure_class": verdict.failure_class}
         out.append({"prompt_ids": ep.prompt_ids, "completion_ids": ep.completion, "env_mask": ep.mask,
                     "episode": record})
     return out
@@ -169,12 +172,14 @@ def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p:
 
 
 def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int, prefix_cache: bool = True,
-                         refill: int = 0) -> tuple[Any, Any, Any]:
+                         refill: int = 0, reward: RewardKind = "verifier",
+                         threshold: float = 1.0) -> tuple[Any, Any, Any]:
     """TRL's ``rollout_func`` for multi-turn GRPO: each of the G copies of a prompt is its own episode in its own
     session, a round's episodes generated in lockstep (``token_episodes``); the prompt names its task (TRL passes
     prompts only). A group whose G episodes all score the same is redrawn with a fresh task (``rollout.Refill``).
     Also returns the counters: the ``Rollouts`` state (rollout seconds: generation and environment) and the
     ``Refill`` (groups dropped per step)."""
+    from flywheel.tasks.training.rewards import shaped
     from flywheel.tasks.training.rollout import Refill, Rollouts, distinct
 
     by_prompt = {json.dumps(agent_prompt(t)): t for t in tasks}
@@ -187,8 +192,11 @@ def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps
         def generate(group_tasks: list[Task], round_seed: int) -> list[list[dict[str, Any]]]:
             flat = token_episodes(policy, [task for task in group_tasks for _ in range(g)], round_seed,
                                   trainer.temperature, trainer.top_p, trainer.max_completion_length, max_steps)
-            episodes = [e | {"reward": e["episode"]["reward"]} for e in flat]
-            return [episodes[k * g:(k + 1) * g] for k in range(len(group_tasks))]
+            for e in flat:  # the reward GRPO trains on (--reward); the episode's "reward" stays the verifier's own
+                record = e["episode"]
+                e["reward"] = record["train_reward"] = shaped(record["reward"], record["failure_class"], reward,
+                                                              threshold)
+            return [flat[k * g:(k + 1) * g] for k in range(len(group_tasks))]
 
         groups = filtering.run(first, path, generate)
         episodes = [(t, e) for t, group in groups for e in group]
@@ -209,7 +217,7 @@ class EpisodeReward:
 
     def __call__(self, completions: list[Any], episode: list[dict[str, Any]], **_: Any) -> list[float | None]:
         self.records += episode
-        return [e["reward"] for e in episode]
+        return [e.get("train_reward", e["reward"]) for e in episode]
 
     def take(self) -> dict[str, float]:
         rs, self.records = self.records, []

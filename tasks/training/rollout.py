@@ -7,18 +7,20 @@ TRL has no online filtering either: a group whose G rewards are all equal has ze
 yet TRL trains on it.
 
 Contract:
-- ``make_rollout(tokenizer, tasks, seed, prefix_cache, refill)`` returns ``(rollout, state)``. ``rollout(prompts,
-  trainer)`` gets TRL's per-process slice (each prompt repeated G times in a row by TRL's sampler); each prompt is
-  rendered with the chat template exactly as evaluation renders it (``HFChatModel.encode``), the G copies of one
-  prompt share one prefill (``prefix_cache.prepare``), and every completion stops at its end-of-sequence token,
-  which it keeps so the policy learns to stop. Sampling uses the trainer's temperature, top-p and max completion
-  length under seeds derived from (seed, global step, call, redraw), so a resumed run samples what the
-  uninterrupted one did. Returns TRL's ``{"prompt_ids", "completion_ids", "logprobs": None}`` (None: TRL computes
+- ``make_rollout(tokenizer, tasks, seed, prefix_cache, refill, reward, threshold)`` returns ``(rollout, state)``.
+  ``rollout(prompts, trainer)`` gets TRL's per-process slice (each prompt repeated G times in a row by TRL's
+  sampler); each prompt is rendered with the chat template exactly as evaluation renders it (``HFChatModel.encode``),
+  the G copies of one prompt share one prefill (``prefix_cache.prepare``), and every completion stops at its
+  end-of-sequence token, which it keeps so the policy learns to stop. Sampling uses the trainer's temperature, top-p
+  and max completion length under seeds derived from (seed, global step, call, redraw), so a resumed run samples what
+  the uninterrupted one did. Returns TRL's ``{"prompt_ids", "completion_ids", "logprobs": None}`` (None: TRL computes
   the log-probs in its forward pass) plus ``task`` and ``verdict`` per completion, which the reward function reads.
 - ``Refill`` (online difficulty filtering): after a round, each group whose valid rewards are all equal (or fewer
   than two valid) is dropped and replaced by the group of a fresh train task, drawn under a seed of (seed, step,
   call, group, redraw), up to ``refill`` times per group; a group still flat after that is kept (TRL gives it zero
   advantage). ``take()`` gives per step ``groups``, ``groups_dropped`` (replaced) and ``groups_flat`` (kept flat).
+- Each sample's "reward" is the one GRPO trains on (``rewards.train_reward``, ``TrainConfig.reward``), so online
+  filtering calls a group flat when its training rewards are.
 - ``Rollouts`` is what every rollout function shares: the trained model wrapped once per model object, the seed path
   of each call and the seconds spent in rollouts per step (``take()``: ``rollout_s``, so a step's time splits into
   rollout and update).
@@ -35,8 +37,10 @@ from typing import Any
 
 from flywheel.schemas import Task
 from flywheel.tasks.inference.protocol import batch_seed
+from flywheel.tasks.training.rewards import RewardKind, train_reward
 
 Group = tuple[Task, list[dict[str, Any]]]  # a task and its G samples (each with a "reward")
+
 
 
 def prompt(task: Task) -> list[dict[str, str]]:
@@ -120,8 +124,9 @@ def distinct(prompts: list[Any], by_prompt: dict[str, Task]) -> tuple[list[Task]
     return [by_prompt[k] for k in keys[::size]], size
 
 
-def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: bool = True,
-                 refill: int = 0) -> tuple[Callable[..., Any], Rollouts, Refill]:
+def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: bool = True, refill: int = 0,
+                 reward: RewardKind = "verifier",
+                 threshold: float = 1.0) -> tuple[Callable[..., Any], Rollouts, Refill]:
     from flywheel.verifiers.envs import get_env
 
     by_prompt = {json.dumps(prompt(t)): t for t in tasks}
@@ -141,7 +146,7 @@ def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: boo
                 for p, c in zip(prompt_ids[k * g:(k + 1) * g], ids[k * g:(k + 1) * g]):
                     verdict = get_env(task.env).verify(task, tokenizer.decode(c, skip_special_tokens=True))
                     samples.append({"prompt_ids": p, "completion_ids": c, "verdict": verdict.model_dump_json(),
-                                    "reward": verdict.reward if verdict.valid else None})
+                                    "reward": train_reward(verdict, reward, threshold)})
                 out.append(samples)
             return out
 

@@ -38,6 +38,7 @@ from flywheel.schemas import Task
 from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 from flywheel.tasks.training.rollout import prompt
 from flywheel.tasks.training.selection import Best
 from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
@@ -100,6 +101,7 @@ class TrainConfig(BaseModel):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     prefix_cache: bool = True  # GRPO rollouts and held-out checks: prefill each prompt once for its G completions
     refill: int = Field(default=2, ge=0, le=64)  # GRPO: redraw a group whose G rewards are all equal, this many times
+    reward: RewardKind = Field(default="verifier", description=REWARD_HELP)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -211,11 +213,12 @@ def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task]) -> tuple[An
         from flywheel.tasks.training.episodes import make_episode_rollout
 
         return make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache,
-                                    refill=config.refill)
+                                    refill=config.refill, reward=config.reward, threshold=config.success_threshold)
     if config.prefix_cache or config.refill:  # one prefill per prompt, flat groups redrawn (rollout.py says why)
         from flywheel.tasks.training.rollout import make_rollout
 
-        return make_rollout(tokenizer, tasks, config.seed, prefix_cache=config.prefix_cache, refill=config.refill)
+        return make_rollout(tokenizer, tasks, config.seed, prefix_cache=config.prefix_cache, refill=config.refill,
+                            reward=config.reward, threshold=config.success_threshold)
     return (None,)
 
 
@@ -303,7 +306,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
 
         reward: Any = EpisodeReward()  # the verdict of each episode's own session
     else:
-        reward = VerifierReward(tasks[0].env, config.success_threshold)
+        reward = VerifierReward(tasks[0].env, config.success_threshold, config.reward)
     resume = last_checkpoint(out / "checkpoints")
     trim_log(out / "metrics.jsonl", int(resume.rsplit("-", 1)[-1]) if resume else 0)
 

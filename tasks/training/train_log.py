@@ -1,7 +1,8 @@
 """What a training run reports while it runs: per-step rewards and flags, step time, periodic held-out metrics.
 
 Contract:
-- ``VerifierReward(env, threshold)`` is the env's verifier in TRL's reward-function form; it also counts the
+- ``VerifierReward(env, threshold, kind)`` is the env's verifier in TRL's reward-function form, giving the reward
+  GRPO trains on (``rewards.train_reward``: the verifier's own, or success-or-nothing); it also counts the
   invalid outputs and unsafe actions of the completions it scored since the last ``take()``, with the flags of
   ``tasks.metrics.outcome`` (the ones ``flywheel eval`` reports).
 - ``heldout_metrics(model, tokenizer, tasks, ...)`` samples the model being trained on held-out (or validation)
@@ -31,10 +32,11 @@ from flywheel.tasks.files import write_text_atomic
 
 
 class VerifierReward:
-    def __init__(self, env: str, threshold: float) -> None:
+    def __init__(self, env: str, threshold: float, kind: str = "verifier") -> None:
         from flywheel.verifiers import get_verifier
 
         self.verifier, self.threshold, self.__name__ = get_verifier(env), threshold, f"{env}_reward"
+        self.kind = kind
         self.n = self.invalid = self.unsafe = 0
 
     def __call__(self, completions: list[Any], task: list[Any], verdict: list[str] | None = None,
@@ -43,6 +45,7 @@ class VerifierReward:
         again; TRL's own generation path has none."""
         from flywheel.schemas import Verdict
         from flywheel.tasks.evaluation.metrics import outcome
+        from flywheel.tasks.training.rewards import train_reward
         from flywheel.verifiers.common import as_task, as_text
 
         rewards: list[float | None] = []
@@ -54,7 +57,7 @@ class VerifierReward:
             self.n += 1
             self.invalid += flags["valid_output"] is False
             self.unsafe += flags["unsafe"] is True
-            rewards.append(verdict_i.reward if verdict_i.valid else None)  # verifier failures are "does not apply"
+            rewards.append(train_reward(verdict_i, self.kind, self.threshold))  # verifier failures: None, not 0
         return rewards
 
     def take(self) -> dict[str, float]:

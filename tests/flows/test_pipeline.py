@@ -38,6 +38,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     mixed = (curriculum["mark"] == "mixed").any()
     sft_config = json.loads((out / "sft" / "train_config.json").read_text())
     assert sft_config["validation"] == grpo_config["validation"] > 0  # SFT never trains on GRPO's validation slice
+    assert grpo_config["reward"] == "success"  # the loop trains on what the gate counts (RunConfig.grpo_reward)
     assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if mixed else None)
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"]
     keys = []

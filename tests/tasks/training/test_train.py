@@ -109,7 +109,8 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     grpo = runner.invoke(app, ["train", "--out", str(tmp_path / "grpo"), "--method", "grpo", "--loss-type", "gspo",
                                "--model", str(tmp_path / "sft" / "adapter"), "--parent", sft_version["id"],
                                "--max-steps", "2", "--batch-size", "4", "--num-generations", "2",
-                               "--eval-interval", "1", "--validation", "2", "--refill", "1", *common])
+                               "--eval-interval", "1", "--validation", "2", "--refill", "1", "--reward", "success",
+                               *common])
     assert grpo.exit_code == 0, grpo.output
     rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     # checks on the 2 validation tasks (never the held-out ones); the best of them is the adapter
@@ -120,11 +121,14 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
         (tmp_path / "grpo" / f"best-{best}" / "adapter_model.safetensors").read_bytes()
     assert all("reward" in r and 0 <= r["train_invalid_rate"] <= 1 and r["step_time_s"] > 0 for r in rows)
     assert all(r["groups"] == 2 and 0 <= r["groups_dropped"] <= 2 for r in rows)  # online filtering: one redraw
+    # success-or-nothing: each step's mean reward over its 4 completions is a multiple of 1/4
+    assert all(r["reward"] * 4 == pytest.approx(round(r["reward"] * 4)) for r in rows)
     shown = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
     manifest = json.loads((Path(dataset) / "manifest.json").read_text())
     assert shown["parent"] == sft_version["id"] and shown["files_intact"]
     assert shown["dataset"]["content_hash"] == manifest["content_hash"]
     assert shown["dataset"]["seeds_hash"] == manifest["seeds_hash"] and shown["verifiers"]["tool_call"]
+    assert shown["training"]["config"]["reward"] == "success"
     assert shown["training"]["config"]["loss_type"] == "gspo" and shown["metrics"]["success_rate"]["value"] is not None
     log = json.loads((tmp_path / "grpo" / "train_log.json").read_text())
     assert log["base_model"] == str(tmp_path / "sft" / "adapter") and len(log["history"]) == 2

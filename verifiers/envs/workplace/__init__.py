@@ -70,6 +70,8 @@ SPEC = EnvSpec(
     # an agent needs the gold episodes of 304 train tasks three times over, with LoRA on the MLP layers too: held-out
     # success 0.300 (160 tasks, attention only) -> 0.475 (one epoch, all-linear) -> see bench/RESULTS.md
     # ("Workplace: three epochs of SFT"); 80 held-out tasks per eval so that GRPO's paired interval can decide
+    # GRPO on the verifier's state match (partial credit): an episode's changes are shaped toward the golden state;
+    # success-or-nothing is untried on agents
     run_defaults={"n": 400, "eval_limit": 80, "sft_steps": 240, "lora_targets": "all-linear",
-                  "grpo_learning_rate": 1e-4},
+                  "grpo_learning_rate": 1e-4, "grpo_reward": "verifier"},
 )
