@@ -1,12 +1,18 @@
-"""GRPO experiment: python gx2.py NAME START_ADAPTER STEPS PROMPTS LR TEMP CURRIC_TASKS  (env GX_BINARY=1: success reward)"""
-import sys, json, time, os
+"""GRPO experiment:
+python grpo_experiment.py NAME START_ADAPTER STEPS PROMPTS LR TEMP CURRIC_TASKS
+(half_epoch only: env GX_BINARY=1 patches the reward to success-or-nothing)"""
+import json
+import os
+import sys
+import time
 from pathlib import Path
+
 from flywheel.flows.config import EvalConfig
 from flywheel.flows.eval import eval_policy
-from flywheel.flows.train import train_policy
-from flywheel.tasks.training.train import TrainConfig
 from flywheel.flows.promote import load_evals
+from flywheel.flows.train import train_policy
 from flywheel.tasks.release.gate import GateConfig, paired, success_delta
+from flywheel.tasks.training.train import TrainConfig
 
 if os.environ.get("GX_BINARY"):
     from flywheel.tasks.training import train_log
