@@ -77,6 +77,7 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
              (["--micro-batch", "0"], "--micro-batch"),
              (["--method", "dpo"], "--method"),
              (["--loss-type", "ppo"], "--loss-type"),
+             (["--reward", "partial"], "--reward"),
              (["--skip-tasks", str(tmp_path / "nope.parquet")], "flywheel eval --split train"),
              (["--model", str(tmp_path)], str(tmp_path))]
     for extra, needle in cases:

@@ -1,6 +1,7 @@
-"""GRPO experiment:
-python grpo_experiment.py NAME START_ADAPTER STEPS PROMPTS LR TEMP CURRIC_TASKS
-(half_epoch only: env GX_BINARY=1 patches the reward to success-or-nothing)"""
+"""GRPO from one start adapter, paired against its greedy held-out eval (bench/RESULTS.md, issue 17):
+GX_DATASET=D GX_ROOT=R python grpo_experiment.py NAME START_ADAPTER STEPS PROMPTS LR TEMP CURRIC_TASKS
+Writes R/NAME; reuses R/greedy_<adapter folder name> and R/curr_<name>_<tasks> when present (symlink a run's
+sft/eval and curriculum there to pair with them). GX_REWARD: success (default) or verifier."""
 import json
 import os
 import sys
@@ -14,19 +15,14 @@ from flywheel.flows.train import train_policy
 from flywheel.tasks.release.gate import GateConfig, paired, success_delta
 from flywheel.tasks.training.train import TrainConfig
 
-if os.environ.get("GX_BINARY"):
-    from flywheel.tasks.training import train_log
-    _orig = train_log.VerifierReward.__call__
-    def _binary(self, *a, **k):
-        return [None if r is None else 1.0 if r >= 1.0 else (-1.0 if r <= -1.0 else 0.0) for r in _orig(self, *a, **k)]
-    train_log.VerifierReward.__call__ = _binary
 name, start, steps, prompts, lr, temp, ct = sys.argv[1:8]
 steps, prompts, lr, temp, ct = int(steps), int(prompts), float(lr), float(temp), int(ct)
-DS = "/tmp/fullrun/datasets/tool_call/v-4326ea0a789b"
-out = Path("/tmp/gx") / name
+DS = os.environ["GX_DATASET"]
+ROOT = Path(os.environ.get("GX_ROOT", "/tmp/gx"))
+out = ROOT / name
 tag = Path(start).name
-base = Path("/tmp/gx") / f"greedy_{tag}"
-curr = Path("/tmp/gx") / f"curr_{tag}_{ct}"
+base = ROOT / f"greedy_{tag}"
+curr = ROOT / f"curr_{tag}_{ct}"
 t0 = time.time()
 if not (base / "report.json").exists():
     eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, seed=0, max_tokens=96, temperature=0.0))
@@ -38,7 +34,7 @@ cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tas
                   limit=ct, max_steps=steps, batch_size=8 * prompts, micro_batch=8, learning_rate=lr,
                   num_generations=8, loss_type="dapo", refill=2, max_completion_length=96, eval_limit=200,
                   eval_interval=max(1, steps // 4), validation=32, save_steps=max(1, steps // 4), seed=0,
-                  temperature=temp)
+                  temperature=temp, reward=os.environ.get("GX_REWARD", "success"))
 ev = EvalConfig(dataset=DS, out=str(out / "eval"), limit=200, seed=0, max_tokens=96, temperature=0.0)
 res = train_policy(cfg, ev)
 t2 = time.time()
