@@ -21,6 +21,8 @@ from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
 MAX_ROWS = 10_000_000
+BACKEND_HELP = ("auto: vllm when it is installed (.venv-vllm or importable) and the eval has at least 100 rollouts, "
+                "else transformers | transformers | vllm (serves a LoRA adapter on its base) | openai")
 PREFIX_CACHE_HELP = ("transformers backend: prefill a prompt prefix shared by several requests once and reuse its KV "
                      "cache (and an agent's from step to step); --no-prefix-cache prefills every prompt whole (the "
                      "old path, for comparison).")  # generate --n: 100x the 100k-row bench flow
@@ -96,8 +98,8 @@ class EvalConfig(BaseModel):
     dataset: str = Field(min_length=1, description="a published version folder (has manifest.json)")
     split: Literal["heldout", "train"] = "heldout"
     out: str = Field(min_length=1)
-    model: str | None = None  # checkpoint folder (transformers, vllm) or served model name (openai); None: embedded
-    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    model: str | None = None  # checkpoint or adapter folder, or served model name (openai); None: embedded
+    backend: Literal["auto", "transformers", "vllm", "openai"] = Field(default="auto", description=BACKEND_HELP)
     base_url: str | None = None
     samples: int = Field(default=1, ge=1, le=256)
     limit: int | None = Field(default=None, ge=1)
@@ -196,6 +198,8 @@ class RunConfig(BaseModel):
                                  "work pool (needs PREFECT_API_URL of a deploy/start.sh server).")
     dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages.")
     prefix_cache: bool = Field(default=True, description=PREFIX_CACHE_HELP)
+    eval_backend: Literal["auto", "transformers", "vllm"] = Field(
+        default="auto", description="Every eval of the run (curriculum sampling included): " + BACKEND_HELP)
 
     @model_validator(mode="before")
     @classmethod

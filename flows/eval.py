@@ -33,7 +33,7 @@ from flywheel.tasks.evaluation.report import markdown, plots
 from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, plan, run_batch
 from flywheel.tasks.files import write_text_atomic
 from flywheel.tasks.inference.models import fingerprint
-from flywheel.tasks.inference.policy import Backend, Sampling, make_backend
+from flywheel.tasks.inference.policy import Backend, Sampling, make_backend, pick_backend
 from flywheel.verifiers import get_verifier
 
 
@@ -62,8 +62,8 @@ def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any
 
 
 def model_info(config: EvalConfig, backend: Backend) -> dict[str, Any]:
-    local = config.backend != "openai"
-    return {"ref": config.model or "embedded", "backend": config.backend, "model_id": backend.model_id,
+    local = backend.name != "openai"
+    return {"ref": config.model or "embedded", "backend": backend.name, "model_id": backend.model_id,
             "hash": fingerprint(Path(backend.model_id)) if local else None}
 
 
@@ -119,7 +119,8 @@ def eval_policy(config: EvalConfig) -> EvalResult:
 
     # CPU: 16 rows per generate call (decode cost grows with rows); a GPU takes the whole eval batch at once
     per_call = config.batch_size if torch.cuda.is_available() else min(config.batch_size, 16)
-    backend = make_backend(config.backend, config.model, config.base_url, batch_size=per_call,
+    kind = pick_backend(config.backend, len(tasks) * config.samples)
+    backend = make_backend(kind, config.model, config.base_url, batch_size=per_call,
                            concurrency=config.concurrency, native_tools=config.native_tools,
                            api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache)
     t_load = time.perf_counter() - t0

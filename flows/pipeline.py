@@ -71,7 +71,8 @@ def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str
 
     ev = eval_policy(EvalConfig(dataset=dataset, split="train", out=str(Path(config.out) / "curriculum"), model=model,
                                 samples=config.curriculum_samples, temperature=1.0, limit=limit, seed=config.seed,
-                                max_tokens=config.max_tokens, prefix_cache=config.prefix_cache))
+                                max_tokens=config.max_tokens, prefix_cache=config.prefix_cache,
+                                backend=config.eval_backend))
     per_task = str(Path(ev.report).parent / "per_task.parquet")
     marks = pl.read_parquet(per_task, columns=["mark"])["mark"].value_counts()
     counts = {m: n for m, n in marks.rows()}
@@ -173,7 +174,7 @@ def _capability(config: RunConfig, adapter: str) -> dict[str, tuple[str, str]]:
             folder = str(Path(config.out) / "capability" / env / name)
             eval_policy(EvalConfig(dataset=dataset, out=folder, model=model, limit=config.capability_tasks,
                                    seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature,
-                                   prefix_cache=config.prefix_cache))
+                                   prefix_cache=config.prefix_cache, backend=config.eval_backend))
             folders.append(folder)
         out[env] = (folders[0], folders[1])
     return out
@@ -221,7 +222,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     dataset = gen.version_dir
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
                             seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature,
-                            prefix_cache=config.prefix_cache)
+                            prefix_cache=config.prefix_cache, backend=config.eval_backend)
     over, cap_line = _cap_check(config, evaluation)
     baseline = eval_policy(evaluation)
     evals = {"baseline": EvalSummary(report=baseline.report, metrics=baseline.metrics)}

@@ -25,6 +25,7 @@ from flywheel.flows.runtime import link_artifacts, progress
 from flywheel.schemas import EvalReport
 from flywheel.tasks.data.publish import read_manifest
 from flywheel.tasks.inference.models import adapter_base, fingerprint
+from flywheel.tasks.inference.policy import release
 from flywheel.tasks.release.registry import Registry
 from flywheel.tasks.training.train import TrainConfig, train
 from flywheel.verifiers import get_verifier
@@ -79,6 +80,7 @@ def lineage(config: TrainConfig, result: TrainRun, parent: str | None) -> dict[s
 @flow(name="train-policy", persist_result=True)
 def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, registry: str | None = None,
                  parent: str | None = None) -> TrainResult:
+    release("vllm")  # an eval's vLLM engine would hold its KV cache's memory through training
     result = train_adapter(config)
     create_markdown_artifact(key=f"train-{config.method}", markdown=history_markdown(result),
                              description=f"{config.method} training log")

@@ -213,3 +213,20 @@ def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, b
                          {})
     write_outputs(folder, report, frame)
     return folder
+
+
+def lora_adapter(folder: Path, seed: int) -> Path:
+    """A real LoRA adapter of the embedded model with random A and B (init_lora_weights=False), so it changes what
+    the model writes; different seeds give different weights."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from flywheel.tasks.inference.models import embedded_checkpoint
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(embedded_checkpoint())
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"],
+                                            init_lora_weights=False))
+    peft.save_pretrained(folder)
+    return folder

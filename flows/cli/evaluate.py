@@ -14,6 +14,7 @@ from rich.console import Console
 
 from flywheel.flows.cli.base import app, check_output, err, explain, fail, output_or_fail, with_progress
 from flywheel.flows.cli.jsonl import parse_line, read_jsonl, report_bad, write_atomic
+from flywheel.flows.config import BACKEND_HELP
 from flywheel.verifiers import verifier_names  # the env registry's names (no env imported) + judge
 
 VERIFIER_HELP = f"Verifier name, one of {', '.join(verifier_names())}."
@@ -59,7 +60,7 @@ def eval_(
     out: Path = typer.Option(..., help="Output folder: report.json, report.md + PNG plots, rollouts.parquet."),
     model: str = typer.Option(None, help="Checkpoint folder (transformers, vllm) or served model name (openai); "
                                          "default: the embedded SmolLM2-135M-Instruct."),
-    backend: str = typer.Option("transformers", help="transformers | vllm | openai"),
+    backend: str = typer.Option("auto", help=BACKEND_HELP),
     base_url: str = typer.Option(None, help="openai backend: base URL, e.g. http://127.0.0.1:8000/v1 "
                                             "(API key from $OPENAI_API_KEY)."),
     samples: int = typer.Option(1, help="Samples per task (k of pass@k)."),

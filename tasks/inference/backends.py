@@ -105,6 +105,12 @@ class VLLMBackend:
                        enforce_eager=mode == "eager")
         self.params = SamplingParams
 
+    def close(self) -> None:
+        import gc
+
+        self.llm = None  # the engine and its KV cache go with the last reference
+        gc.collect()
+
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
         if not requests:
             return []

@@ -6,6 +6,11 @@ backends.py; vLLM runs in process when importable, else in the .venv-vllm worker
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from flywheel.tasks.inference.backends import OpenAIBackend, TransformersBackend, VLLMBackend
@@ -22,33 +27,85 @@ from flywheel.tasks.inference.protocol import (  # noqa: F401  (re-exported: cal
     parse_action,
     signature,
 )
-from flywheel.tasks.inference.vllm_worker import VLLMWorker
+from flywheel.tasks.inference.vllm_worker import VLLMWorker, vllm_python
 
 _LOADED: dict[tuple[Any, ...], Any] = {}
+AUTO_VLLM_MIN_ROLLOUTS = 100  # "auto" takes vLLM from here on (bench/RESULTS.md, "vLLM with LoRA adapters")
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None or vllm_python().exists()
+
+
+def pick_backend(kind: str, rollouts: int) -> str:
+    """``auto``: vLLM where it wins (installed, and at least ``AUTO_VLLM_MIN_ROLLOUTS`` rollouts to amortise its
+    start), else transformers; any other name is kept."""
+    if kind != "auto":
+        return kind
+    return "vllm" if rollouts >= AUTO_VLLM_MIN_ROLLOUTS and vllm_available() else "transformers"
 
 
 def make_backend(kind: str, model: str | None, base_url: str | None = None, *, batch_size: int = 8,
                  concurrency: int = 4, native_tools: bool = False, timeout_s: float = 120.0, retries: int = 3,
                  api_key: str | None = None, prefix_cache: bool = True) -> Backend:
-    """A backend by name. In-process models are loaded once per process and reused (vLLM takes minutes to start).
-    vLLM runs in process when importable here, else in the .venv-vllm worker (``tasks.vllm_worker``)."""
+    """A backend by name. In-process models are loaded once per process and reused (vLLM takes a while to start);
+    an adapter is keyed by its files' hash, so one retrained in place is loaded anew. One vLLM engine at a time:
+    starting another closes the last. vLLM runs in process when importable here, else in the .venv-vllm worker
+    (``tasks.vllm_worker``); it serves a PEFT adapter merged into its base (``MergedAdapter``)."""
     if kind == "openai":
         if not (base_url and model):
             raise ValueError("backend 'openai' needs --base-url (e.g. http://127.0.0.1:8000/v1) and --model")
         return OpenAIBackend(base_url, model, concurrency, timeout_s, retries, api_key, native_tools)
     if kind not in ("transformers", "vllm"):
         raise ValueError(f"unknown backend {kind!r}; choose transformers, vllm or openai")
-    key = (kind, model, batch_size if kind == "transformers" else 0, prefix_cache)
+    from flywheel.tasks.inference.models import fingerprint, is_adapter, resolve_model
+
+    path = resolve_model(model)
+    files = fingerprint(path) if is_adapter(path) else None
+    key = (kind, model, batch_size if kind == "transformers" else 0, prefix_cache, files)
     if key not in _LOADED:
         if kind == "transformers":
             _LOADED[key] = TransformersBackend(model, batch_size, prefix_cache=prefix_cache)
         else:
-            import importlib.util
-
-            from flywheel.tasks.inference.models import resolve_model
-
-            if importlib.util.find_spec("vllm") is not None:
-                _LOADED[key] = VLLMBackend(model)
-            else:
-                _LOADED[key] = VLLMWorker(str(resolve_model(model)))
+            release("vllm")
+            _LOADED[key] = MergedAdapter(path) if files else _vllm(str(path))
     return _LOADED[key]
+
+
+def _vllm(checkpoint: str) -> Any:
+    return VLLMBackend(checkpoint) if importlib.util.find_spec("vllm") is not None else VLLMWorker(checkpoint)
+
+
+class MergedAdapter:
+    """vLLM serving a PEFT adapter: merged into its base in a private temporary folder, which is removed once the
+    engine has loaded it. vLLM's own LoRA path ran at a fifth of the merged model's tokens/s on this CPU
+    (bench/RESULTS.md, "vLLM with LoRA adapters"). Reports name the adapter, not the merged copy."""
+
+    name = "vllm"
+
+    def __init__(self, adapter: Path) -> None:
+        from flywheel.tasks.inference.models import cache_root, export_version
+
+        cache_root().mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=".merged-", dir=cache_root()))
+        try:
+            self.engine = _vllm(str(export_version(adapter, folder / "model", merged=True)))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.model_id = str(adapter)
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+        return self.engine.generate(requests, sampling)
+
+    def close(self) -> None:
+        if hasattr(self.engine, "close"):
+            self.engine.close()
+
+
+def release(kind: str) -> None:
+    """Close and forget the loaded backends of one kind (vLLM's engine holds its KV cache's memory until then):
+    training calls it first."""
+    for key in [k for k in _LOADED if k[0] == kind]:
+        backend = _LOADED.pop(key)
+        if hasattr(backend, "close"):
+            backend.close()

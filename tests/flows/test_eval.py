@@ -15,11 +15,13 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from conftest import lora_adapter
 from flywheel.flows.cli import app
 from flywheel.flows.config import EvalConfig, GenerateConfig
 from flywheel.flows.eval import run_eval
 from flywheel.flows.generate import run_generate
 from flywheel.schemas import EvalReport
+from flywheel.tasks.inference.models import cache_root, export_version, fingerprint
 from flywheel.tasks.inference.policy import Request, Sampling, make_backend
 
 runner = CliRunner()
@@ -92,6 +94,7 @@ def test_eval_on_the_embedded_model_is_reproducible_and_complete(tool_dataset, t
     assert report.decision == again.decision and first["decision"] == report.decision.action
     assert report.n_tasks == 6 and report.n_rollouts == 12 and report.batches == {"total": 3, "reused": 0, "run": 3}
     assert report.model["hash"] and report.dataset["content_hash"] and report.verifiers == {"tool_call": "1.1.0"}
+    assert report.model["backend"] == "transformers"  # auto: 12 rollouts are too few to pay for vLLM's start
     for key in ("valid_output_rate", "correct_tool_rate", "unsafe_action_rate", "pass@1", "pass@2", "latency_p95_s"):
         assert report.metrics[key].value is not None and report.metrics[key].lo <= report.metrics[key].hi
     assert sum(b.count for b in report.failure_buckets.values()) == 12 - int(a["success"].sum())
@@ -180,3 +183,15 @@ def test_vllm_backend_seeds_records_and_eval(tool_dataset, tmp_path) -> None:
     summary = _eval(tool_dataset, tmp_path / "v", backend="vllm")  # the same worker: models load once per process
     report = EvalReport.model_validate_json(Path(summary["report"]).read_text())
     assert report.model["backend"] == "vllm" and report.model["hash"] and report.n_rollouts == 12
+    # a PEFT adapter: served merged into its base (no export by hand), the same texts as its merged export
+    greedy = Sampling(temperature=0.0, max_tokens=24)
+    base = [g.text for g in make_backend("vllm", None).generate(_requests(), greedy)]
+    adapter = lora_adapter(tmp_path / "adapter", seed=5)
+    served = [g.text for g in make_backend("vllm", str(adapter)).generate(_requests(), greedy)]
+    assert served != base, "the adapter's weights must change what the model writes"
+    assert not list(cache_root().glob(".merged-*")), "the merged copy is removed once the engine has loaded it"
+    summary = _eval(tool_dataset, tmp_path / "va", backend="vllm", model=str(adapter))
+    report = EvalReport.model_validate_json(Path(summary["report"]).read_text())
+    assert report.model["model_id"] == str(adapter) and report.model["hash"] == fingerprint(adapter)
+    merged = str(export_version(adapter, tmp_path / "merged", merged=True))
+    assert [g.text for g in make_backend("vllm", merged).generate(_requests(), greedy)] == served

@@ -1,0 +1,38 @@
+"""Choosing and loading policy backends: ``auto`` picks vLLM only where it pays, and a loaded model is never
+reused for an adapter whose files changed."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from conftest import lora_adapter
+from flywheel.tasks.inference.policy import AUTO_VLLM_MIN_ROLLOUTS, Request, Sampling, make_backend, pick_backend
+
+
+def test_auto_takes_vllm_only_when_installed_and_the_eval_is_long_enough(tmp_path, monkeypatch) -> None:
+    python = tmp_path / "python"
+    monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(python))  # the .venv-vllm worker's interpreter
+    if importlib.util.find_spec("vllm") is None:  # (vLLM lives in .venv-vllm, not in the project's environment)
+        assert pick_backend("auto", 10_000) == "transformers", "without vLLM installed, auto must not pick it"
+    python.write_text("")
+    assert pick_backend("auto", AUTO_VLLM_MIN_ROLLOUTS) == "vllm"
+    assert pick_backend("auto", AUTO_VLLM_MIN_ROLLOUTS - 1) == "transformers", "too few rollouts for its start"
+    for kind in ("transformers", "vllm", "openai"):
+        assert pick_backend(kind, 1) == kind, "a backend named by the user is kept"
+
+
+@pytest.mark.slow
+def test_an_adapter_rewritten_in_place_is_loaded_anew(tmp_path) -> None:
+    """make_backend keeps loaded models per process; an adapter retrained into the same folder must not be served
+    by the model loaded from its old files."""
+    folder = lora_adapter(tmp_path / "adapter", seed=1)
+    ask = [Request([{"role": "user", "content": "Name a colour."}], [], 1)]
+    greedy = Sampling(temperature=0.0, max_tokens=12)
+    first = make_backend("transformers", str(folder))
+    assert make_backend("transformers", str(folder)) is first, "the same files: loaded once"
+    before = first.generate(ask, greedy)[0].text
+    lora_adapter(folder, seed=2)
+    second = make_backend("transformers", str(folder))
+    assert second is not first and second.generate(ask, greedy)[0].text != before
