@@ -1,7 +1,9 @@
 """GRPO from one start adapter, paired against its greedy held-out eval (bench/RESULTS.md, issue 17):
 GX_DATASET=D GX_ROOT=R python grpo_experiment.py NAME START_ADAPTER STEPS PROMPTS LR TEMP CURRIC_TASKS
 Writes R/NAME; reuses R/greedy_<adapter folder name> and R/curr_<name>_<tasks> when present (symlink a run's
-sft/eval and curriculum there to pair with them). GX_REWARD: success (default) or verifier."""
+sft/eval and curriculum there to pair with them). GX_REWARD: success (default) or verifier. GX_BETA: the KL
+coefficient (default 0; above 0 it anchors on START_ADAPTER). GX_BACKEND: the evals' backend (default transformers,
+as the evals it pairs with were made; one backend for both sides of a pair)."""
 import json
 import os
 import sys
@@ -18,6 +20,7 @@ from flywheel.tasks.training.train import TrainConfig
 name, start, steps, prompts, lr, temp, ct = sys.argv[1:8]
 steps, prompts, lr, temp, ct = int(steps), int(prompts), float(lr), float(temp), int(ct)
 DS = os.environ["GX_DATASET"]
+BACKEND = os.environ.get("GX_BACKEND", "transformers")
 ROOT = Path(os.environ.get("GX_ROOT", "/tmp/gx"))
 out = ROOT / name
 tag = Path(start).name
@@ -25,17 +28,19 @@ base = ROOT / f"greedy_{tag}"
 curr = ROOT / f"curr_{tag}_{ct}"
 t0 = time.time()
 if not (base / "report.json").exists():
-    eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, seed=0, max_tokens=96, temperature=0.0))
+    eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, seed=0, max_tokens=96, temperature=0.0,
+                           backend=BACKEND))
 if not (curr / "per_task.parquet").exists():
     eval_policy(EvalConfig(dataset=DS, split="train", out=str(curr), model=start, samples=4, temperature=1.0,
-                           limit=ct, seed=0, max_tokens=96))
+                           limit=ct, seed=0, max_tokens=96, backend=BACKEND))
 t1 = time.time()
 cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tasks=str(curr / "per_task.parquet"),
                   limit=ct, max_steps=steps, batch_size=8 * prompts, micro_batch=8, learning_rate=lr,
                   num_generations=8, loss_type="dapo", refill=2, max_completion_length=96, eval_limit=200,
                   eval_interval=max(1, steps // 4), validation=32, save_steps=max(1, steps // 4), seed=0,
-                  temperature=temp, reward=os.environ.get("GX_REWARD", "success"))
-ev = EvalConfig(dataset=DS, out=str(out / "eval"), limit=200, seed=0, max_tokens=96, temperature=0.0)
+                  temperature=temp, reward=os.environ.get("GX_REWARD", "success"),
+                  beta=float(os.environ.get("GX_BETA", "0")))
+ev = EvalConfig(dataset=DS, out=str(out / "eval"), limit=200, seed=0, max_tokens=96, temperature=0.0, backend=BACKEND)
 res = train_policy(cfg, ev)
 t2 = time.time()
 _, a, _, b = load_evals(str(base), str(out / "eval"))

@@ -34,7 +34,8 @@ def train(
                                                       "linear layer, MLP included (all-linear)."),
     num_generations: int = typer.Option(8, help="GRPO: completions per prompt."),
     loss_type: str = typer.Option("dapo", help="GRPO loss: grpo | dapo | dr_grpo | gspo (sequence-level IS)."),
-    beta: float = typer.Option(0.0, help="GRPO: KL coefficient."),
+    beta: float = typer.Option(0.0, help="GRPO: KL coefficient (0: no reference pass). From an adapter (--model), "
+                                         "the KL anchors on that adapter's policy, not the base model."),
     refill: int = typer.Option(2, help="GRPO online filtering: a group whose G rewards are all equal carries no "
                                        "signal and is replaced by a fresh task's group, up to N times (0: kept)."),
     reward: str = typer.Option("verifier", help=REWARD_HELP),

@@ -15,6 +15,8 @@ Contract:
   agent episodes. GRPO on multi-turn: one completion is one whole episode in its own fresh session (``episodes.py``,
   TRL's ``rollout_func``), the observation tokens masked out of the loss (``env_mask``), the reward the verifier's
   verdict on the final state.
+- GRPO with a KL term (``beta`` > 0) from an adapter: TRL keeps a frozen copy of the start adapter as the reference
+  ("ref"), so the KL measures drift from the start policy (e.g. SFT), not from the base model; the copy is not saved.
 - CUDA and bf16 when a GPU is present; the same code runs on CPU, where TRL's fused LM head scores only the
   labelled positions, as it does on GPUs (``score_labelled_positions_only``).
 - Reproducible: the same seed, data and config on CPU give a byte-identical adapter (the RNGs are seeded before the
@@ -185,6 +187,7 @@ def _save_adapter(trainer: Any, out: Path, best: Any = None) -> tuple[Path, int 
         tmp.chmod(0o755)  # mkdtemp makes it private; the adapter is read like any folder
         trainer.save_model(str(tmp))
         selected = best.install(tmp) if best is not None else None
+        shutil.rmtree(tmp / "ref", ignore_errors=True)  # TRL's frozen copy of the start adapter (beta > 0): not ours
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

@@ -1,5 +1,5 @@
-"""Choosing and loading policy backends: ``auto`` picks vLLM only where it pays, and a loaded model is never
-reused for an adapter whose files changed."""
+"""Choosing and loading policy backends and adapters: ``auto`` picks vLLM only where it pays, a loaded model is
+never reused for an adapter whose files changed."""
 
 from __future__ import annotations
 
@@ -36,3 +36,4 @@ def test_an_adapter_rewritten_in_place_is_loaded_anew(tmp_path) -> None:
     lora_adapter(folder, seed=2)
     second = make_backend("transformers", str(folder))
     assert second is not first and second.generate(ask, greedy)[0].text != before
+

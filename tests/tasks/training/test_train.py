@@ -226,3 +226,22 @@ def test_the_fused_lm_head_scores_only_labelled_positions_with_the_same_loss(mon
     assert torch.allclose(every.loss, only.loss, atol=1e-6)
     assert torch.allclose(every.log_probs, only.log_probs, atol=1e-5)
     assert torch.allclose(every.entropy, only.entropy, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_grpo_with_a_kl_term_anchors_on_the_start_adapter_not_the_base(dataset, tmp_path) -> None:
+    """beta > 0 from an SFT adapter: the KL must measure drift from the SFT policy, not from the base model (the
+    model with its adapter off, TRL's reference for a new adapter, which differs from SFT's policy). TRL 1.16 keeps a
+    frozen copy of a retrained adapter as "ref": at the first step the policy is the start policy, so the step's KL
+    is 0. Guards the anchor across TRL upgrades; the copy is not saved with the trained adapter."""
+    from flywheel.tasks.training.train import train
+
+    common = {"dataset": dataset, "limit": 4, "eval_interval": 0, "eval_limit": 1, "max_completion_length": 16,
+              "save_steps": 100}
+    sft = train(TrainConfig(out=str(tmp_path / "sft"), method="sft", max_steps=2, batch_size=2, learning_rate=1e-3,
+                            **common))
+    grpo = train(TrainConfig(out=str(tmp_path / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
+                             batch_size=2, num_generations=2, refill=0, beta=0.5, **common))
+    assert grpo["history"][0]["kl"] == pytest.approx(0.0, abs=1e-6), "the reference is not the start policy"
+    saved = sorted(p.name for p in Path(grpo["adapter"]).iterdir())
+    assert "ref" not in saved and "adapter_model.safetensors" in saved
