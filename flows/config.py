@@ -22,7 +22,7 @@ from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
 MAX_ROWS = 10_000_000
 BACKEND_HELP = ("auto: vllm when it is installed (.venv-vllm or importable) and the eval has at least 100 rollouts, "
-                "else transformers | transformers | vllm (serves a LoRA adapter on its base) | openai")
+                "else transformers | transformers | vllm (an adapter is served merged into its base) | openai")
 PREFIX_CACHE_HELP = ("transformers backend: prefill a prompt prefix shared by several requests once and reuse its KV "
                      "cache (and an agent's from step to step); --no-prefix-cache prefills every prompt whole (the "
                      "old path, for comparison).")  # generate --n: 100x the 100k-row bench flow

@@ -55,6 +55,6 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
     config = RunConfig(out=out, seed=seed, env=env, profile=profile, num_generations=num_generations,
                        max_tokens=max_tokens, refill=refill, curriculum_samples=curriculum_samples,
                        train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
-                       eval_backend=eval_backend,  # type: ignore[arg-type]
+                       eval_backend=eval_backend,
                        **{k: v for k, v in given.items() if v is not None})
     return run_pipeline.fn(config)

@@ -58,8 +58,8 @@ def eval_(
     dataset: Path = typer.Option(..., help="A published dataset version folder (OUT/NAME/VERSION)."),
     split: str = typer.Option("heldout", help="heldout | train"),
     out: Path = typer.Option(..., help="Output folder: report.json, report.md + PNG plots, rollouts.parquet."),
-    model: str = typer.Option(None, help="Checkpoint folder (transformers, vllm) or served model name (openai); "
-                                         "default: the embedded SmolLM2-135M-Instruct."),
+    model: str = typer.Option(None, help="Checkpoint or PEFT adapter folder (transformers, vllm) or served model "
+                                         "name (openai); default: the embedded SmolLM2-135M-Instruct."),
     backend: str = typer.Option("auto", help=BACKEND_HELP),
     base_url: str = typer.Option(None, help="openai backend: base URL, e.g. http://127.0.0.1:8000/v1 "
                                             "(API key from $OPENAI_API_KEY)."),
