@@ -68,7 +68,7 @@ class Best:
             return False  # the earliest checkpoint wins a tie
         tmp = Path(tempfile.mkdtemp(prefix=".best-tmp-", dir=self.folder))
         try:
-            model.save_pretrained(str(tmp))
+            model.save_pretrained(str(tmp), selected_adapters=["default"])  # not TRL's frozen "ref" copy
             shutil.rmtree(self._dir(step), ignore_errors=True)  # left by a run killed before it wrote best.json
             os.replace(tmp, self._dir(step))
         except BaseException:

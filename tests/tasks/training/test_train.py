@@ -241,7 +241,10 @@ def test_grpo_with_a_kl_term_anchors_on_the_start_adapter_not_the_base(dataset, 
     sft = train(TrainConfig(out=str(tmp_path / "sft"), method="sft", max_steps=2, batch_size=2, learning_rate=1e-3,
                             **common))
     grpo = train(TrainConfig(out=str(tmp_path / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
-                             batch_size=2, num_generations=2, refill=0, beta=0.5, **common))
+                             batch_size=2, num_generations=2, refill=0, beta=0.5, **common | {"eval_interval": 1},
+                             validation=2))  # checkpoint selection too: the best checkpoint is saved and installed
     assert grpo["history"][0]["kl"] == pytest.approx(0.0, abs=1e-6), "the reference is not the start policy"
-    saved = sorted(p.name for p in Path(grpo["adapter"]).iterdir())
-    assert "ref" not in saved and "adapter_model.safetensors" in saved
+    assert grpo["history"][0]["best"] is True
+    for folder in (Path(grpo["adapter"]), tmp_path / "grpo" / "best-1"):
+        saved = sorted(p.name for p in folder.iterdir())
+        assert "ref" not in saved and "adapter_model.safetensors" in saved, (folder, saved)
