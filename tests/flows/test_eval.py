@@ -160,6 +160,7 @@ def test_eval_bad_options_fail_with_what_to_fix(tmp_path) -> None:
         (["--dataset", str(tmp_path)], "manifest.json is not a dataset manifest"),
         (["--dataset", str(tmp_path), "--backend", "openai"], "--base-url"),
         (["--dataset", str(tmp_path), "--split", "test"], "--split"),
+        (["--dataset", str(tmp_path), "--backend", "gpu"], "--backend"),
         (["--dataset", str(tmp_path), "--samples", "0"], "--samples"),
     ]
     cases.append((["--dataset", str(tmp_path), "--samples", "4", "--temperature", "0"], "--temperature > 0"))

@@ -283,7 +283,8 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
              (["--max-tokens", "100000"], "error: --max-tokens: Input should be less than or equal to 8192"),
              (["--grpo-prompts", "0"], "error: --grpo-prompts: Input should be greater than or equal to 1"),
              (["--lora-targets", "mlp"], "error: --lora-targets: Input should be 'attention' or 'all-linear'"),
-             (["--grpo-reward", "partial"], "error: --grpo-reward: Input should be 'verifier' or 'success'")]
+             (["--grpo-reward", "partial"], "error: --grpo-reward: Input should be 'verifier' or 'success'"),
+             (["--eval-backend", "openai"], "error: --eval-backend: Input should be 'auto', 'transformers' or 'vllm'")]
     for args, message in cases:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
         assert code == 1 and _one_error(output) == message, (args, output)
