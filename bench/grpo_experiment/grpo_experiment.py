@@ -2,7 +2,8 @@
 GX_DATASET=D GX_ROOT=R python grpo_experiment.py NAME START_ADAPTER STEPS PROMPTS LR TEMP CURRIC_TASKS
 Writes R/NAME; reuses R/greedy_<adapter folder name> and R/curr_<name>_<tasks> when present (symlink a run's
 sft/eval and curriculum there to pair with them). GX_REWARD: success (default) or verifier. GX_BETA: the KL
-coefficient (default 0; above 0 it anchors on START_ADAPTER). GX_BACKEND: the evals' backend (default transformers,
+coefficient (default 0; above 0 it anchors on START_ADAPTER). GX_REPLAY: the SFT replay weight (default 0;
+GX_REPLAY_ROWS reference answers per step, default 16). GX_BACKEND: the evals' backend (default transformers,
 as the evals it pairs with were made; one backend for both sides of a pair)."""
 import json
 import os
@@ -39,7 +40,8 @@ cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tas
                   num_generations=8, loss_type="dapo", refill=2, max_completion_length=96, eval_limit=200,
                   eval_interval=max(1, steps // 4), validation=32, save_steps=max(1, steps // 4), seed=0,
                   temperature=temp, reward=os.environ.get("GX_REWARD", "success"),
-                  beta=float(os.environ.get("GX_BETA", "0")))
+                  beta=float(os.environ.get("GX_BETA", "0")), replay_weight=float(os.environ.get("GX_REPLAY", "0")),
+                  replay_rows=int(os.environ.get("GX_REPLAY_ROWS", "16")))
 ev = EvalConfig(dataset=DS, out=str(out / "eval"), limit=200, seed=0, max_tokens=96, temperature=0.0, backend=BACKEND)
 res = train_policy(cfg, ev)
 t2 = time.time()

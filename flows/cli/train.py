@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, option, with_progress
 from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
+from flywheel.tasks.training.replay import REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP
 
 
@@ -39,6 +40,8 @@ def train(
     refill: int = typer.Option(2, help="GRPO online filtering: a group whose G rewards are all equal carries no "
                                        "signal and is replaced by a fresh task's group, up to N times (0: kept)."),
     reward: str = typer.Option("verifier", help=REWARD_HELP),
+    replay_weight: float = typer.Option(0.0, help=REPLAY_HELP),
+    replay_rows: int = typer.Option(16, help="GRPO replay: reference answers per step."),
     max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
     eval_interval: int = typer.Option(10, help="Held-out (or --validation) reward and success every N steps."),
     validation: int = typer.Option(0, help="Hold the last N train tasks apart (never trained on): the periodic checks "
@@ -65,7 +68,8 @@ def train(
                              lora_r=lora_r, lora_alpha=2 * lora_r,
                              lora_targets=lora_targets,
                              num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
-                             reward=reward, validation=validation,
+                             reward=reward, replay_weight=replay_weight, replay_rows=replay_rows,
+                             validation=validation,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
         resolve_model(model)  # a bad --model fails before any flow run starts

@@ -15,6 +15,8 @@ Contract:
   agent episodes. GRPO on multi-turn: one completion is one whole episode in its own fresh session (``episodes.py``,
   TRL's ``rollout_func``), the observation tokens masked out of the loss (``env_mask``), the reward the verifier's
   verdict on the final state.
+- GRPO with replay (``replay_weight`` > 0): an SFT loss on reference answers of every train task is added to each
+  update (``replay.py``), so GRPO keeps what SFT taught on the tasks it does not train on.
 - GRPO with a KL term (``beta`` > 0) from an adapter: TRL keeps a frozen copy of the start adapter as the reference
   ("ref"), so the KL measures drift from the start policy (e.g. SFT), not from the base model; the copy is not saved.
 - CUDA and bf16 when a GPU is present; the same code runs on CPU, where TRL's fused LM head scores only the
@@ -40,6 +42,7 @@ from flywheel.schemas import Task
 from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.training.replay import REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 from flywheel.tasks.training.rollout import prompt
 from flywheel.tasks.training.selection import Best
@@ -104,6 +107,8 @@ class TrainConfig(BaseModel):
     prefix_cache: bool = True  # GRPO rollouts and held-out checks: prefill each prompt once for its G completions
     refill: int = Field(default=2, ge=0, le=64)  # GRPO: redraw a group whose G rewards are all equal, this many times
     reward: RewardKind = Field(default="verifier", description=REWARD_HELP)
+    replay_weight: float = Field(default=0.0, ge=0.0, le=100.0, description=REPLAY_HELP)
+    replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -111,6 +116,9 @@ class TrainConfig(BaseModel):
             raise ValueError(f"GRPO needs --batch-size (completions per step, {self.batch_size}) to be a multiple of "
                              f"--num-generations ({self.num_generations}): "
                              "each prompt gets num_generations completions")
+        if self.method == "sft" and self.replay_weight:
+            raise ValueError("--replay-weight applies to GRPO only (SFT already trains on every reference answer); "
+                             "drop it or pass --method grpo")
         if self.micro_batch is not None and self.batch_size % self.micro_batch:
             raise ValueError(f"--micro-batch ({self.micro_batch}) must divide --batch-size ({self.batch_size}): each "
                              "step accumulates the gradients of batch-size / micro-batch passes")
@@ -226,7 +234,7 @@ def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task]) -> tuple[An
 
 
 def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task], common: dict[str, Any],
-             callbacks: list[Any], reward: VerifierReward, rollout: Any = None) -> Any:
+             callbacks: list[Any], reward: VerifierReward, rollout: Any = None, replay: Any = None) -> Any:
     from datasets import Dataset
     from peft import LoraConfig, PeftModel
 
@@ -259,6 +267,10 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
                       loss_type="grpo" if gspo else config.loss_type,
                       importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
                       max_completion_length=config.max_completion_length, temperature=config.temperature, **common)
+    if replay is not None:
+        from flywheel.tasks.training.replay import replay_trainer
+
+        GRPOTrainer = replay_trainer(GRPOTrainer, replay)  # noqa: N806 (TRL's trainer plus the replay loss)
     return GRPOTrainer(model=model, reward_funcs=[reward], args=args,
                        train_dataset=Dataset.from_list(grpo_rows(tasks)),
                        processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks, rollout_func=rollout)
@@ -328,7 +340,13 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
                                max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1)
 
     rollout, *rollout_counters = _rollout(config, tokenizer, tasks)
-    counters = [reward, *rollout_counters] if config.method == "grpo" else []
+    replay = None
+    if config.method == "grpo" and config.replay_weight:  # every train task but the validation slice
+        from flywheel.tasks.training.replay import Replay
+
+        pool = load_tasks(config.model_copy(update={"skip_tasks": None, "limit": None}), "train")
+        replay = Replay(tokenizer, pool, config.seed, config.replay_rows, config.replay_weight)
+    counters = [reward, *rollout_counters, *([replay] if replay else [])] if config.method == "grpo" else []
     log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, counters, notify, best)
     common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps,
               "learning_rate": config.learning_rate,
@@ -338,7 +356,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     t0 = time.perf_counter()
     score_labelled_positions_only()
     set_seed(config.seed)  # before the trainer: a new LoRA adapter's initial weights come from this state
-    trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward, rollout)
+    trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward, rollout, replay)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; TrainLog writes them as JSON lines
     trainer.train(resume_from_checkpoint=resume)
     adapter, selected = _save_adapter(trainer, out, best)

@@ -78,6 +78,8 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
              (["--method", "dpo"], "--method"),
              (["--loss-type", "ppo"], "--loss-type"),
              (["--reward", "partial"], "--reward"),
+             (["--method", "sft", "--replay-weight", "1"], "--replay-weight applies to GRPO only"),
+             (["--replay-weight", "-1"], "--replay-weight"),
              (["--skip-tasks", str(tmp_path / "nope.parquet")], "flywheel eval --split train"),
              (["--model", str(tmp_path)], str(tmp_path))]
     for extra, needle in cases:
@@ -177,7 +179,9 @@ def test_the_same_seed_and_data_give_byte_identical_adapters(dataset, tmp_path) 
         targets = json.loads((Path(sft["adapter"]) / "adapter_config.json").read_text())["target_modules"]
         assert {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= set(targets)
         grpo = train(TrainConfig(out=str(root / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
-                                 batch_size=2, num_generations=2, refill=1, **common))
+                                 batch_size=2, num_generations=2, refill=1, replay_weight=0.5, replay_rows=2,
+                                 **common))  # the replay's draws are seeded too
+        assert "replay_nll" in grpo["history"][0]
         return [(Path(r["adapter"]) / "adapter_model.safetensors").read_bytes() for r in (sft, grpo)]
 
     torch.manual_seed(1)
@@ -248,3 +252,39 @@ def test_grpo_with_a_kl_term_anchors_on_the_start_adapter_not_the_base(dataset, 
     for folder in (Path(grpo["adapter"]), tmp_path / "grpo" / "best-1"):
         saved = sorted(p.name for p in folder.iterdir())
         assert "ref" not in saved and "adapter_model.safetensors" in saved, (folder, saved)
+
+
+def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(dataset, tmp_path) -> None:
+    """GRPO from the base model on 2 tasks with the success reward: every group's rewards are equal (all fail), so
+    GRPO's own loss and gradient are 0 and only the replay moves the adapter (the step's loss is the replay NLL). Its rows come from every train task but the validation slice, and the
+    reference answers of the tasks GRPO never trained on become likelier."""
+    import torch
+
+    from flywheel.tasks.inference.models import load_causal_lm, resolve_model
+    from flywheel.tasks.training.replay import Replay, encode
+    from flywheel.tasks.training.train import load_tasks, train
+
+    config = TrainConfig(dataset=dataset, out=str(tmp_path / "grpo"), method="grpo", limit=2, validation=2,
+                         max_steps=3, batch_size=4, num_generations=2, micro_batch=2, refill=0, reward="success",
+                         learning_rate=1e-3, eval_interval=0, eval_limit=1, max_completion_length=8, save_steps=100,
+                         replay_weight=1.0, replay_rows=4)
+    grpo_tasks = {t.id for t in load_tasks(config, "train")}
+    pool = load_tasks(config.model_copy(update={"limit": None}), "train")
+    unseen = [t for t in pool if t.id not in grpo_tasks]
+    validation = {t.id for t in load_tasks(config, "validation")}
+    base, tokenizer = load_causal_lm(resolve_model(None))
+    ids, mask = encode(tokenizer, unseen[0])
+    assert tokenizer.decode([i for i, m in zip(ids, mask) if m]) == reference_completion(unseen[0]) + "<|im_end|>"
+    replay = Replay(tokenizer, pool, seed=0, rows=4, weight=1.0)
+    drawn = {t.id for step in range(1, 40) for t in replay.draw(step, 0, 1)}
+    assert drawn - grpo_tasks and not drawn & validation
+    assert replay.draw(5, 1, 2) == Replay(tokenizer, pool, seed=0, rows=4, weight=1.0).draw(5, 0, 1)[1::2]
+
+    result = train(config)
+    for row in result["history"]:
+        assert row["reward_std"] == 0 and row["loss"] == pytest.approx(row["replay_nll"], abs=1e-4), row
+    tuned, _ = load_causal_lm(Path(result["adapter"]))
+    with torch.no_grad():
+        nll = [float(Replay(tokenizer, unseen, seed=0, rows=len(unseen), weight=1.0).nll(m.eval(), 0, 1))
+               for m in (base, tuned)]
+    assert nll[1] < nll[0] - 0.1, nll

@@ -1,0 +1,104 @@
+"""SFT replay in GRPO: a supervised loss on reference answers of every train task, added to each GRPO update.
+
+Why: GRPO trains on the curriculum's mixed tasks only, and its updates move decisions shared with tasks it never
+sees: from a 0.55-epoch SFT adapter, GRPO broke 13 held-out tasks on tools rare among its training tasks
+(``chat.post_message`` -> ``email.send``, ``company`` -> ``name``), and a KL term on the training prompts did not
+stop it at beta 0.1 or 1.0 (bench/RESULTS.md). A KL only sees the prompts GRPO trains on; replaying reference
+answers of every tool keeps what SFT taught on the others. InstructGPT's PPO-ptx mixes pretraining gradients
+into PPO for the same reason.
+
+Contract:
+- ``Replay(tokenizer, tasks, seed, rows, weight)``: ``nll(model, step, parts)`` draws this step's ``rows`` tasks
+  from ``tasks`` under a seed of (seed, step) (the same draw on a resumed run), takes this accumulation pass's
+  share of them (pass k of ``parts`` takes rows k, k + parts, ...) and returns the mean token negative
+  log-likelihood of their reference completions under ``model``: the prompt rendered as the rollouts render it,
+  the completion the reference answer and its end-of-sequence token, the loss on the completion tokens only
+  (multi-turn: the gold episode's assistant turns, ``episodes.sft_row``). ``take()`` gives the step's mean as
+  ``replay_nll``.
+- ``replay_trainer(cls, replay)`` is TRL's GRPO trainer class with ``weight * nll / parts`` added to each pass's
+  loss (TRL scales its own loss per accumulation pass the same way), so the step's gradient is GRPO's plus
+  ``weight`` times the replay NLL's.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from flywheel.schemas import Task
+from flywheel.tasks.inference.protocol import batch_seed
+
+REPLAY_HELP = ("GRPO: weight of an SFT loss on reference answers added to every update (0: none); the answers are "
+               "drawn per step from every train task, those --skip-tasks leaves out included, so GRPO's updates "
+               "keep what SFT taught on the tasks GRPO does not train on.")
+REPLAY_STREAM = 7  # the replay draws' own seed stream, apart from the rollouts' (seed, step, call, ...)
+
+
+def encode(tokenizer: Any, task: Task) -> tuple[list[int], list[int]]:
+    """The task's reference conversation as token ids and a 0/1 mask of the tokens the loss is on."""
+    from flywheel.tasks.data.validate import reference_completion
+    from flywheel.tasks.training.episodes import sft_row
+    from flywheel.tasks.training.rollout import prompt
+    from flywheel.verifiers.envs import get_env
+
+    if get_env(task.env).multi_turn:
+        row = sft_row(tokenizer, task)
+        return row["input_ids"], row["assistant_masks"]
+    text = tokenizer.apply_chat_template(prompt(task), tokenize=False, add_generation_prompt=True)
+    prompt_ids = list(tokenizer(text)["input_ids"])  # as HFChatModel.encode renders a rollout's prompt
+    completion = list(tokenizer(reference_completion(task), add_special_tokens=False)["input_ids"])
+    completion.append(tokenizer.eos_token_id)  # the rollouts keep it: the policy learns to stop
+    return prompt_ids + completion, [0] * len(prompt_ids) + [1] * len(completion)
+
+
+class Replay:
+    def __init__(self, tokenizer: Any, tasks: list[Task], seed: int, rows: int, weight: float) -> None:
+        self.tokenizer, self.pool, self.seed = tokenizer, sorted(tasks, key=lambda t: t.id), seed
+        self.rows, self.weight = min(rows, len(tasks)), weight
+        self.encoded: dict[str, tuple[list[int], list[int]]] = {}
+        self.calls: dict[int, int] = {}
+        self.values: list[float] = []
+
+    def draw(self, step: int, part: int, parts: int) -> list[Task]:
+        chosen = random.Random(batch_seed([self.seed, REPLAY_STREAM, step])).sample(self.pool, self.rows)
+        return chosen[part::parts]
+
+    def nll(self, model: Any, step: int, parts: int) -> Any:
+        import torch
+
+        part = self.calls[step] = self.calls.get(step, -1) + 1
+        tasks = self.draw(step, part % parts, parts)
+        if not tasks:  # more passes than rows: this pass replays nothing
+            return torch.zeros((), device=model.device)
+        for t in tasks:
+            if t.id not in self.encoded:
+                self.encoded[t.id] = encode(self.tokenizer, t)
+        rows = [self.encoded[t.id] for t in tasks]
+        width = max(len(ids) for ids, _ in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows], device=model.device)
+        attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows], device=model.device)
+        labels = torch.tensor([[t if m else -100 for t, m in zip(i, mask)] + [-100] * (width - len(i))
+                               for i, mask in rows], device=model.device)
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        self.values.append(float(loss.detach()))
+        return loss
+
+    def take(self) -> dict[str, float]:
+        out = {"replay_nll": round(sum(self.values) / len(self.values), 5)} if self.values else {}
+        self.values = []
+        return out
+
+
+def replay_trainer(cls: type, replay: Replay) -> type:
+    class ReplayGRPOTrainer(cls):  # type: ignore[misc, valid-type]
+
+        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if not model.training:
+                return loss
+            parts = self.current_gradient_accumulation_steps
+            return loss + replay.weight * replay.nll(model, self.state.global_step, parts) / parts
+
+    return ReplayGRPOTrainer
