@@ -191,6 +191,9 @@ class RunConfig(BaseModel):
     capability_tasks: int = Field(default=8, ge=0, le=MAX_ROWS, description="Held-out tasks per capability env "
                                   "in the gate's check (0: off).")
     grpo_reward: RewardKind = Field(default="success", description=REWARD_HELP)
+    grpo_replay: float = Field(default=0.0, ge=0.0, le=100.0, description="GRPO: weight of an SFT loss on reference "
+                               "answers of every train task added to each update (0: none), so GRPO keeps what SFT "
+                               "taught on the tasks the curriculum leaves out.")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")

@@ -43,7 +43,8 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str = "default",
                    n: int | None = None, eval_limit: int | None = None, sft_steps: int | None = None,
                    grpo_steps: int | None = None, num_generations: int = 8, max_tokens: int = 96,
-                   refill: int = 2, grpo_reward: str | None = None, curriculum_samples: int = 4,
+                   refill: int = 2, grpo_reward: str | None = None, grpo_replay: float | None = None,
+                   curriculum_samples: int = 4,
                    curriculum_tasks: int | None = None,
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None,
@@ -51,7 +52,7 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
     """None: the --profile preset's value, else RunConfig's default (as `flywheel run` does with options not given)."""
     given = {"n": n, "eval_limit": eval_limit, "sft_steps": sft_steps, "grpo_steps": grpo_steps,
              "curriculum_tasks": curriculum_tasks, "validation_tasks": validation_tasks,
-             "capability_tasks": capability_tasks, "grpo_reward": grpo_reward}
+             "capability_tasks": capability_tasks, "grpo_reward": grpo_reward, "grpo_replay": grpo_replay}
     config = RunConfig(out=out, seed=seed, env=env, profile=profile, num_generations=num_generations,
                        max_tokens=max_tokens, refill=refill, curriculum_samples=curriculum_samples,
                        train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,

@@ -95,7 +95,7 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         micro_batch=None if sft else config.num_generations,  # one group per pass: bounded memory
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
-                        reward=config.grpo_reward,
+                        reward=config.grpo_reward, replay_weight=0.0 if sft else config.grpo_replay,
                         max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
                         eval_interval=0 if sft or not validation else max(1, config.grpo_steps // 2),
                         validation=validation,  # SFT never trains on the slice either
@@ -132,8 +132,10 @@ def validation_size(config: RunConfig, dataset: str) -> int:
 
 def _checkpoint(config: RunConfig, grpo: TrainResult, dataset: str) -> str:
     size = validation_size(config, dataset)
-    where = (f"step {grpo.selected_step} of {config.grpo_steps}, the best on {size} validation tasks held apart "
-             "from train" if size and config.validation_tasks else f"the last ({config.grpo_steps} steps)")
+    step = (f"step {grpo.selected_step} of {config.grpo_steps}" if grpo.selected_step else
+            f"step 0 of {config.grpo_steps} (the start adapter: no GRPO checkpoint beat it)")
+    where = (f"{step}, the best on {size} validation tasks held apart from train" if size and config.validation_tasks
+             else f"the last ({config.grpo_steps} steps)")
     flags = "; ".join(f"{f['flag']} at step {f['step']} ({f['detail']})" for f in grpo.flags) or "none"
     return f"GRPO checkpoint: {where}. Training flags: {flags}."
 

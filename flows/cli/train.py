@@ -87,7 +87,8 @@ def train(
         fail(explain(exc))
     success = summary.metrics.get("success_rate")
     value, lo, hi = (success.value, success.lo, success.hi) if success else (None, None, None)
-    err.print(f"trained {len(summary.history)} steps in {summary.train_s:.0f} s; held-out success "
+    steps = sum(r["step"] > 0 for r in summary.history)  # step 0: the start policy's validation check
+    err.print(f"trained {steps} steps in {summary.train_s:.0f} s; held-out success "
               f"{value} [{lo}, {hi}]; eval {summary.eval}", highlight=False)
     if summary.version:
         err.print(f"registered {summary.version} as candidate in {registry}", highlight=False)
@@ -111,6 +112,7 @@ def run_(
     num_generations: int = option(RunConfig, "num_generations"),
     refill: int = option(RunConfig, "refill"),
     grpo_reward: str = option(RunConfig, "grpo_reward"),
+    grpo_replay: float = option(RunConfig, "grpo_replay"),
     validation_tasks: int = option(RunConfig, "validation_tasks"),
     capability_tasks: int = option(RunConfig, "capability_tasks"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),

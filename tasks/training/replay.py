@@ -13,7 +13,8 @@ Contract:
   share of them (pass k of ``parts`` takes rows k, k + parts, ...) and returns the mean token negative
   log-likelihood of their reference completions under ``model``: the prompt rendered as the rollouts render it,
   the completion the reference answer and its end-of-sequence token, the loss on the completion tokens only
-  (multi-turn: the gold episode's assistant turns, ``episodes.sft_row``). ``take()`` gives the step's mean as
+  (multi-turn: the gold episode's assistant turns, ``episodes.sft_row``); the LM head runs on those tokens only
+  (``completion_nll``: the same value as the model's own loss). ``take()`` gives the step's mean as
   ``replay_nll``.
 - ``replay_trainer(cls, replay)`` is TRL's GRPO trainer class with ``weight * nll / parts`` added to each pass's
   loss (TRL scales its own loss per accumulation pass the same way), so the step's gradient is GRPO's plus
@@ -51,6 +52,19 @@ def encode(tokenizer: Any, task: Task) -> tuple[list[int], list[int]]:
     return prompt_ids + completion, [0] * len(prompt_ids) + [1] * len(completion)
 
 
+def completion_nll(model: Any, ids: Any, attention: Any, labels: Any) -> Any:
+    """The model's own loss (mean token NLL over the labels not -100), with the LM head over the labelled positions
+    only: a prompt's positions are most of a row, and the head over a 49k vocabulary is a third of a step's cost."""
+    import torch.nn.functional as F  # noqa: N812
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: LoRA layers sit inside
+    hidden = inner.base_model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
+    target = labels[:, 1:]
+    keep = target != -100
+    logits = inner.get_output_embeddings()(hidden[keep])
+    return F.cross_entropy(logits.float(), target[keep])
+
+
 class Replay:
     def __init__(self, tokenizer: Any, tasks: list[Task], seed: int, rows: int, weight: float) -> None:
         self.tokenizer, self.pool, self.seed = tokenizer, sorted(tasks, key=lambda t: t.id), seed
@@ -80,7 +94,7 @@ class Replay:
         attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows], device=model.device)
         labels = torch.tensor([[t if m else -100 for t, m in zip(i, mask)] + [-100] * (width - len(i))
                                for i, mask in rows], device=model.device)
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        loss = completion_nll(model, ids, attention, labels)
         self.values.append(float(loss.detach()))
         return loss
 

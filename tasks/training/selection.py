@@ -7,7 +7,8 @@ Contract:
   folder renamed in) and then lists it in ``folder/best.json`` when its validation success (then reward) beats the
   best so far; ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from (the best
   before it is the best again); ``install(adapter)`` replaces the final adapter with the best one. The earliest
-  checkpoint wins a tie.
+  checkpoint wins a tie; training checks the start adapter first, as step 0 (``TrainLog``), so when no step beats
+  it the start adapter is the result.
 - ``drift_flags(rows, at_end)``: at a check row (validation, or held-out without a validation slice) and at the
   last step (``at_end``, so a run without checks is flagged too), what went wrong since the previous check or the
   first step:

@@ -362,7 +362,8 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     adapter, selected = _save_adapter(trainer, out, best)
     history = [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     result = {"method": config.method, "adapter": str(adapter), "adapter_hash": fingerprint(adapter),
-              "selected_step": selected or config.max_steps, "flags": [f for r in history for f in r.get("flags", [])],
+              "selected_step": config.max_steps if selected is None else selected,
+              "flags": [f for r in history for f in r.get("flags", [])],
               "base_model": str(base), "resumed_from": resume, "train_s": round(time.perf_counter() - t0, 2),
               "tasks": len(tasks), "heldout_tasks": len(heldout), "config": config.model_dump(),
               "history": history}

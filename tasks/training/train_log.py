@@ -13,8 +13,9 @@ Contract:
   trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
   and at the last step (never with interval 0) the held-out or validation metrics; with ``best``
   (``selection.Best``) a validation check that beats the best so far saves the adapter (``"best": true``), and a
-  check row, and the last step's row, carry the ``flags`` of ``selection.drift_flags``. ``notify`` (e.g. a Prefect
-  logger) gets each line too.
+  check row, and the last step's row, carry the ``flags`` of ``selection.drift_flags``. With ``best``, the start
+  policy is checked first, as step 0, so "no training step beat the start" can win the selection. ``notify``
+  (e.g. a Prefect logger) gets each line too.
 """
 
 from __future__ import annotations
@@ -105,6 +106,18 @@ class TrainLog(TrainerCallback):
         self.t0 = time.perf_counter()
         self.rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
 
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        """With checkpoint selection, check the start policy first (step 0): when no checkpoint beats it on the
+        validation slice, the start adapter is the result (no training step helped). A resumed run has its row."""
+        if self.best is None or not self.interval or any(r.get("step") == 0 for r in self.rows):
+            return
+        t0 = time.perf_counter()
+        checks = self.heldout(model)
+        line = {"step": 0, **checks, "heldout_eval_s": round(time.perf_counter() - t0, 3)}
+        if "val_success" in checks:
+            line["best"] = self.best.keep(0, checks, model)
+        self._write(line)
+
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.t0 = time.perf_counter()
 
@@ -133,6 +146,9 @@ class TrainLog(TrainerCallback):
         flags = drift_flags([*self.rows, line], self.at_end)
         if flags:
             line["flags"] = flags
+        self._write(line)
+
+    def _write(self, line: dict[str, Any]) -> None:
         self.rows.append(line)
         with self.path.open("a", encoding="utf-8") as fh:  # one whole line per step; a resumed run trims the tail
             fh.write(json.dumps(line) + "\n")

@@ -21,7 +21,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
-           "--curriculum-tasks", "4", "--capability-tasks", "2"]
+           "--curriculum-tasks", "4", "--capability-tasks", "2", "--grpo-replay", "0.5"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]
@@ -39,6 +39,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     sft_config = json.loads((out / "sft" / "train_config.json").read_text())
     assert sft_config["validation"] == grpo_config["validation"] > 0  # SFT never trains on GRPO's validation slice
     assert grpo_config["reward"] == "success"  # the loop trains on what the gate counts (RunConfig.grpo_reward)
+    assert grpo_config["replay_weight"] == 0.5 and sft_config["replay_weight"] == 0  # GRPO replays SFT's answers
     assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if mixed else None)
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"]
     keys = []
@@ -112,12 +113,13 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
         keys.append(rollouts.select("task_id", "sample", "seed").sort("task_id").rows())
         assert rollouts["steps"].min() >= 1 and rollouts.height == 4, name  # agent episodes
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"] and keys[0] == keys[1] == keys[2]
-    grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    start, *grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert start["step"] == 0 and "val_success" in start  # the start adapter's validation check
     assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
     # two prompts a step, one group per forward/backward pass (gradient accumulation); at most one redraw each
     assert grpo[0]["groups"] == 2 and grpo[0]["groups_dropped"] <= 2
     assert json.loads((out / "grpo" / "train_config.json").read_text())["micro_batch"] == 2
-    assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] == 1  # agent episodes checked
+    assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] in (0, 1)  # agent episodes
     reg = Registry(summary["registry"])
     assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}
     gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())

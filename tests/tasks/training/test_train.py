@@ -116,9 +116,12 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
                                *common])
     assert grpo.exit_code == 0, grpo.output
     rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    # checks on the 2 validation tasks (never the held-out ones); the best of them is the adapter
-    assert [r["step"] for r in rows] == [1, 2] and all("val_success" in r and "heldout_reward" not in r for r in rows)
-    assert rows[0]["best"] is True and (tmp_path / "grpo" / "best.json").is_file()
+    # checks on the 2 validation tasks (never the held-out ones), the start adapter's first (step 0); the best of
+    # them is the adapter
+    assert [r["step"] for r in rows] == [0, 1, 2] and all("val_success" in r and "heldout_reward" not in r
+                                                          for r in rows)
+    assert rows[0]["best"] is True and (tmp_path / "grpo" / "best.json").is_file() and "loss" not in rows[0]
+    rows = rows[1:]
     best = json.loads((tmp_path / "grpo" / "best.json").read_text())["bests"][-1]["step"]
     assert (tmp_path / "grpo" / "adapter" / "adapter_model.safetensors").read_bytes() == \
         (tmp_path / "grpo" / f"best-{best}" / "adapter_model.safetensors").read_bytes()
@@ -134,7 +137,11 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     assert shown["training"]["config"]["reward"] == "success"
     assert shown["training"]["config"]["loss_type"] == "gspo" and shown["metrics"]["success_rate"]["value"] is not None
     log = json.loads((tmp_path / "grpo" / "train_log.json").read_text())
-    assert log["base_model"] == str(tmp_path / "sft" / "adapter") and len(log["history"]) == 2
+    assert log["base_model"] == str(tmp_path / "sft" / "adapter") and len(log["history"]) == 3
+    if best == 0:  # no GRPO step beat the start on the validation slice: the start adapter is the result
+        assert (tmp_path / "grpo" / "adapter" / "adapter_model.safetensors").read_bytes() == \
+            (tmp_path / "sft" / "adapter" / "adapter_model.safetensors").read_bytes()
+    assert "trained 2 steps" in grpo.output
     assert log["selected_step"] == best and shown["training"]["selected_step"] == best
 
 
@@ -247,21 +254,23 @@ def test_grpo_with_a_kl_term_anchors_on_the_start_adapter_not_the_base(dataset, 
     grpo = train(TrainConfig(out=str(tmp_path / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
                              batch_size=2, num_generations=2, refill=0, beta=0.5, **common | {"eval_interval": 1},
                              validation=2))  # checkpoint selection too: the best checkpoint is saved and installed
-    assert grpo["history"][0]["kl"] == pytest.approx(0.0, abs=1e-6), "the reference is not the start policy"
-    assert grpo["history"][0]["best"] is True
-    for folder in (Path(grpo["adapter"]), tmp_path / "grpo" / "best-1"):
+    start, step = grpo["history"]  # step 0: the start adapter's validation check, the first best
+    assert step["kl"] == pytest.approx(0.0, abs=1e-6), "the reference is not the start policy"
+    assert start["step"] == 0 and start["best"] is True
+    for folder in (Path(grpo["adapter"]), *(tmp_path / "grpo").glob("best-*")):
         saved = sorted(p.name for p in folder.iterdir())
         assert "ref" not in saved and "adapter_model.safetensors" in saved, (folder, saved)
 
 
 def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(dataset, tmp_path) -> None:
-    """GRPO from the base model on 2 tasks with the success reward: every group's rewards are equal (all fail), so
-    GRPO's own loss and gradient are 0 and only the replay moves the adapter (the step's loss is the replay NLL). Its rows come from every train task but the validation slice, and the
-    reference answers of the tasks GRPO never trained on become likelier."""
+    """GRPO from the base model on 2 tasks with the success reward: every group's rewards are equal (all fail),
+    so GRPO's own loss and gradient are 0 and only the replay moves the adapter (the step's loss is the replay NLL).
+    Its rows come from every train task but the validation slice, and the reference answers of the tasks GRPO never
+    trained on become likelier."""
     import torch
 
     from flywheel.tasks.inference.models import load_causal_lm, resolve_model
-    from flywheel.tasks.training.replay import Replay, encode
+    from flywheel.tasks.training.replay import Replay, completion_nll, encode
     from flywheel.tasks.training.train import load_tasks, train
 
     config = TrainConfig(dataset=dataset, out=str(tmp_path / "grpo"), method="grpo", limit=2, validation=2,
@@ -279,6 +288,14 @@ def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(datas
     drawn = {t.id for step in range(1, 40) for t in replay.draw(step, 0, 1)}
     assert drawn - grpo_tasks and not drawn & validation
     assert replay.draw(5, 1, 2) == Replay(tokenizer, pool, seed=0, rows=4, weight=1.0).draw(5, 0, 1)[1::2]
+    rows = [encode(tokenizer, t) for t in unseen[:3]]
+    width = max(len(i) for i, _ in rows)
+    batch = torch.tensor([i + [0] * (width - len(i)) for i, _ in rows])
+    attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows])
+    labels = torch.tensor([[t if m else -100 for t, m in zip(i, mk)] + [-100] * (width - len(i)) for i, mk in rows])
+    with torch.no_grad():  # the LM head on the labelled positions only: the model's own loss
+        assert float(completion_nll(base, batch, attention, labels)) == pytest.approx(
+            float(base(input_ids=batch, attention_mask=attention, labels=labels).loss), rel=1e-4)
 
     result = train(config)
     for row in result["history"]:
