@@ -111,12 +111,16 @@ class TrainLog(TrainerCallback):
         validation slice, the start adapter is the result (no training step helped). A resumed run has its row."""
         if self.best is None or not self.interval or any(r.get("step") == 0 for r in self.rows):
             return
+        self._write({"step": 0, **self._check(0, model)})
+
+    def _check(self, step: int, model: Any) -> dict[str, Any]:
+        """The held-out or validation metrics now; a validation check that beats the best so far saves the adapter."""
         t0 = time.perf_counter()
         checks = self.heldout(model)
-        line = {"step": 0, **checks, "heldout_eval_s": round(time.perf_counter() - t0, 3)}
-        if "val_success" in checks:
-            line["best"] = self.best.keep(0, checks, model)
-        self._write(line)
+        row = checks | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}
+        if self.best is not None and "val_success" in checks:  # checkpoint selection on the validation slice
+            row["best"] = self.best.keep(step, checks, model)
+        return row
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.t0 = time.perf_counter()
@@ -130,11 +134,7 @@ class TrainLog(TrainerCallback):
         if "rollout_s" in self.row:  # the rest of the step: rewards, log-probs, backward, optimizer
             self.row["update_s"] = round(self.row["step_time_s"] - self.row["rollout_s"], 3)
         if self.interval and (step % self.interval == 0 or step >= state.max_steps):
-            t0 = time.perf_counter()
-            checks = self.heldout(model)
-            self.row |= checks | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}
-            if self.best is not None and "val_success" in checks:  # checkpoint selection on the validation slice
-                self.row["best"] = self.best.keep(step, checks, model)
+            self.row |= self._check(step, model)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self.row is None:  # the trainer's end-of-training summary: not a step

@@ -284,6 +284,8 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
              (["--grpo-prompts", "0"], "error: --grpo-prompts: Input should be greater than or equal to 1"),
              (["--lora-targets", "mlp"], "error: --lora-targets: Input should be 'attention' or 'all-linear'"),
              (["--grpo-reward", "partial"], "error: --grpo-reward: Input should be 'verifier' or 'success'"),
+             (["--grpo-replay", "-1"], "error: --grpo-replay: Input should be greater than or equal to 0"),
+             (["--grpo-replay", "inf"], "error: --grpo-replay: Input should be a finite number"),
              (["--eval-backend", "openai"], "error: --eval-backend: Input should be 'auto', 'transformers' or 'vllm'")]
     for args, message in cases:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)

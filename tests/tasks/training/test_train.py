@@ -80,6 +80,7 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
              (["--reward", "partial"], "--reward"),
              (["--method", "sft", "--replay-weight", "1"], "--replay-weight applies to GRPO only"),
              (["--replay-weight", "-1"], "--replay-weight"),
+             (["--replay-rows", "0"], "--replay-rows"),
              (["--skip-tasks", str(tmp_path / "nope.parquet")], "flywheel eval --split train"),
              (["--model", str(tmp_path)], str(tmp_path))]
     for extra, needle in cases:
