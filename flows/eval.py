@@ -71,11 +71,32 @@ def _key(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
+Item = tuple[Task, str, int, int]  # task, tool label, sample, rollout seed
+# vLLM schedules the requests of one call itself: 200 prompts in one call ran 1.43x the rollouts/s of calls of 16
+# (bench/RESULTS.md, "vLLM evals in calls of up to 256 rollouts"); transformers batches inside its backend
+VLLM_CALL_ROWS = 256
+
+
+def group_calls(pending: list[tuple[str, list[Item]]], rows: int) -> list[list[tuple[str, list[Item]]]]:
+    """Consecutive pending batches grouped into backend calls of at most ``rows`` rollouts (one batch at least)."""
+    calls: list[list[tuple[str, list[Item]]]] = []
+    for batch in pending:
+        if calls and sum(len(items) for _, items in calls[-1]) + len(batch[1]) <= rows:
+            calls[-1].append(batch)
+        else:
+            calls.append([batch])
+    return calls
+
+
 @task(name="eval-batch", cache_policy=NO_CACHE)
-def eval_batch(backend: Backend, items: list[tuple[Task, str, int, int]], sampling: Sampling, config: EvalConfig,
-               path: str) -> int:
-    rows = run_batch(backend, items, sampling, config.success_threshold, config.max_steps)
-    write_rows(rows, Path(path), ROLLOUT_SCHEMA)
+def eval_batch(backend: Backend, call: list[tuple[str, list[Item]]], sampling: Sampling, config: EvalConfig) -> int:
+    """The rollouts of one backend call; each batch of it lands in its own file (the unit of resumption)."""
+    rows = run_batch(backend, [it for _, items in call for it in items], sampling, config.success_threshold,
+                     config.max_steps)
+    start = 0
+    for path, items in call:
+        write_rows(rows[start:start + len(items)], Path(path), ROLLOUT_SCHEMA)
+        start += len(items)
     return len(rows)
 
 
@@ -133,16 +154,15 @@ def eval_policy(config: EvalConfig) -> EvalResult:
                 "prefix_cache": config.prefix_cache, "verifiers": verifiers,
                 "code": code_version()}
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
-    paths, counts = [], {"total": len(batches), "reused": 0, "run": 0}
-    for i, batch in enumerate(batches):
-        path = out / "batches" / f"{i:05d}-{_key([identity, batch])[:16]}.parquet"
-        paths.append(path)
-        if path.is_file():
-            counts["reused"] += 1
-        else:
-            eval_batch(backend, [(tasks[t], tools[t], s, seed) for t, s, seed in batch], sampling, config, str(path))
-            counts["run"] += 1
-        progress("eval", i + 1, len(batches))
+    paths = [out / "batches" / f"{i:05d}-{_key([identity, batch])[:16]}.parquet" for i, batch in enumerate(batches)]
+    pending = [(str(path), [(tasks[t], tools[t], s, seed) for t, s, seed in batch])
+               for path, batch in zip(paths, batches) if not path.is_file()]
+    counts = {"total": len(batches), "reused": len(batches) - len(pending), "run": 0}
+    progress("eval", counts["reused"], len(batches))
+    for call in group_calls(pending, VLLM_CALL_ROWS if backend.name == "vllm" else config.batch_size):
+        eval_batch(backend, call, sampling, config)
+        counts["run"] += len(call)
+        progress("eval", counts["reused"] + counts["run"], len(batches))
     frame = pl.concat([pl.read_parquet(p) for p in paths])
     t_gen = time.perf_counter() - t0 - t_load
     report = make_report(config, frame, dataset, model, verifiers, counts,

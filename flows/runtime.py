@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -81,6 +82,7 @@ def dask_client(workers: int, address: str | None) -> Iterator[Any]:
 
     for name in ("distributed", "great_expectations"):  # their INFO lines drown the progress bar
         logging.getLogger(name).setLevel(logging.WARNING)
+    environ = dict(os.environ)
     if address:
         client = Client(address, timeout="30s")
         cluster = None
@@ -88,6 +90,7 @@ def dask_client(workers: int, address: str | None) -> Iterator[Any]:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
+    _restore(environ)
     _client = client
     try:
         yield client
@@ -96,6 +99,17 @@ def dask_client(workers: int, address: str | None) -> Iterator[Any]:
         client.close()
         if cluster is not None:
             cluster.close()
+        _restore(environ)
+
+
+def _restore(environ: dict[str, str]) -> None:
+    """Put back this process's environment. Dask's nanny sets its workers' variables (OMP_NUM_THREADS=1,
+    MKL_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, PYTHONHASHSEED, ...) in the parent's os.environ before spawning them
+    (dask/distributed#6681), so every process started after the dataset flow (the vLLM worker, a torch imported
+    later) ran on one thread: vLLM evals in `flywheel run` were 1.8x slower than standalone (bench/RESULTS.md)."""
+    for key in set(os.environ) - set(environ):
+        del os.environ[key]
+    os.environ.update(environ)
 
 
 def _timed(fn: Callable[[Any], Any], part: Any) -> tuple[Any, float]:

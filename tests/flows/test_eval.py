@@ -18,9 +18,10 @@ from typer.testing import CliRunner
 from conftest import lora_adapter
 from flywheel.flows.cli import app
 from flywheel.flows.config import EvalConfig, GenerateConfig
-from flywheel.flows.eval import run_eval
+from flywheel.flows.eval import group_calls, run_eval
 from flywheel.flows.generate import run_generate
 from flywheel.schemas import EvalReport
+from flywheel.tasks.evaluation.rollouts import rollout_seed
 from flywheel.tasks.inference.models import cache_root, export_version, fingerprint
 from flywheel.tasks.inference.policy import Request, Sampling, make_backend
 
@@ -69,6 +70,14 @@ def test_openai_backend_records_repeats_and_speaks_native_tool_calls(model_serve
     reply = native.generate([Request(history, [tool], 7)], sampling)[0]  # content null turns are accepted
     assert reply.finish_reason in {"stop", "length", "tool_calls"}
     assert (reply.tool_calls is not None) == (reply.finish_reason == "tool_calls")
+
+
+def test_pending_batches_go_to_the_backend_in_calls_in_order_and_never_split() -> None:
+    pending = [(f"b{i}", [None] * n) for i, n in enumerate([4, 4, 4, 2, 7, 4])]
+    assert [[path for path, _ in call] for call in group_calls(pending, 8)] == \
+        [["b0", "b1"], ["b2", "b3"], ["b4"], ["b5"]]
+    assert group_calls(pending, 1) == [[batch] for batch in pending]  # a batch over the limit is a call of its own
+    assert group_calls([], 8) == []
 
 
 def _eval(tool_dataset: str, out: Path, **options) -> dict:
@@ -184,6 +193,13 @@ def test_vllm_backend_seeds_records_and_eval(tool_dataset, tmp_path) -> None:
     summary = _eval(tool_dataset, tmp_path / "v", backend="vllm")  # the same worker: models load once per process
     report = EvalReport.model_validate_json(Path(summary["report"]).read_text())
     assert report.model["backend"] == "vllm" and report.model["hash"] and report.n_rollouts == 12
+    # the three batches went to vLLM in one call and came back split into their own files, in plan order
+    files = sorted((tmp_path / "v" / "batches").glob("*.parquet"))
+    assert [pl.read_parquet(f).height for f in files] == [4, 4, 4] and report.batches == {"total": 3, "reused": 0,
+                                                                                            "run": 3}
+    rows = pl.concat([pl.read_parquet(f) for f in files])
+    assert rows.select("task_id", "sample").rows() == sorted(rows.select("task_id", "sample").rows())
+    assert rows["seed"].to_list() == [rollout_seed(0, t, s) for t, s in rows.select("task_id", "sample").rows()]
     # a PEFT adapter: served merged into its base (no export by hand), the same texts as its merged export
     greedy = Sampling(temperature=0.0, max_tokens=24)
     base = [g.text for g in make_backend("vllm", None).generate(_requests(), greedy)]

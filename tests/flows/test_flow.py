@@ -105,6 +105,21 @@ def test_runs_on_a_given_dask_scheduler_and_publishes_an_artifact(tmp_path) -> N
     assert artifacts and "| generate |" in artifacts[-1].data and "Version" in artifacts[-1].data
 
 
+def test_the_local_dask_cluster_leaves_this_process_environment_as_it_found_it(monkeypatch) -> None:
+    """Dask's nanny sets OMP_NUM_THREADS=1 (and more) for its workers in the parent's os.environ; a vLLM worker or
+    a torch imported after the dataset flow inherited it and ran on one thread (bench/RESULTS.md)."""
+    from flywheel.flows.runtime import dask_client
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_",
+                 "PYTHONHASHSEED"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    with dask_client(1, None) as client:
+        assert client.submit(os.getenv, "OMP_NUM_THREADS", pure=False).result() == "1"  # the workers keep it
+        assert dict(os.environ) == before
+    assert dict(os.environ) == before
+
+
 @pytest.mark.slow
 def test_parent_versions_are_deduplicated_against(tmp_path) -> None:
     parent = Path(_run(tmp_path, "p", n=60)["version_dir"])
