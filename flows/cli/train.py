@@ -11,6 +11,7 @@ from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_ap
 from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
 from flywheel.tasks.training.replay import REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP
+from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
 
 
 @app.command()
@@ -42,6 +43,7 @@ def train(
     reward: str = typer.Option("verifier", help=REWARD_HELP),
     replay_weight: float = typer.Option(0.0, help=REPLAY_HELP),
     replay_rows: int = typer.Option(16, help="GRPO replay: reference answers per step."),
+    rollout_backend: str = typer.Option("transformers", help=ROLLOUT_HELP),
     max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
     eval_interval: int = typer.Option(10, help="Held-out (or --validation) reward and success every N steps."),
     validation: int = typer.Option(0, help="Hold the last N train tasks apart (never trained on): the periodic checks "
@@ -69,7 +71,7 @@ def train(
                              lora_targets=lora_targets,
                              num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
                              reward=reward, replay_weight=replay_weight, replay_rows=replay_rows,
-                             validation=validation,
+                             rollout_backend=rollout_backend, validation=validation,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
         resolve_model(model)  # a bad --model fails before any flow run starts

@@ -124,6 +124,31 @@ class VLLMBackend:
                 for r, o in zip(requests, outs)]
 
 
+    def generate_ids(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+                     sampling: Sampling) -> list[list[int]]:
+        """The new token ids of each tokenized prompt, the end-of-sequence token kept (GRPO's rollouts)."""
+        from vllm.inputs import TokensPrompt
+
+        params = [self.params(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                              seed=s) for s in seeds]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outs]
+
+    def load_weights(self, path: str) -> int:
+        """Load the tensors of a safetensors file (Hugging Face names, any subset of the model's) into the served
+        model in place, then drop the prefix cache, whose KV was computed with the old weights. vLLM's in-place
+        reload, not ``model.load_weights``: on CPU the linear layers' weights are repacked after loading (their
+        parameters are empty), and the reload restores, loads and repacks them layer by layer."""
+        from safetensors.torch import load_file
+
+        dtype = self.llm.llm_engine.model_config.dtype
+        tensors = {name: t.to(dtype) for name, t in load_file(path).items()}
+        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+        self.llm.reset_prefix_cache()
+        return len(tensors)
+
+
 def _memory_fraction(text: str) -> float:
     try:
         value = float(text)

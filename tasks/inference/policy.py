@@ -68,11 +68,11 @@ def make_backend(kind: str, model: str | None, base_url: str | None = None, *, b
             _LOADED[key] = TransformersBackend(model, batch_size, prefix_cache=prefix_cache)
         else:
             release("vllm")
-            _LOADED[key] = MergedAdapter(path) if files else _vllm(str(path))
+            _LOADED[key] = MergedAdapter(path) if files else start_vllm(str(path))
     return _LOADED[key]
 
 
-def _vllm(checkpoint: str) -> Any:
+def start_vllm(checkpoint: str) -> Any:
     return VLLMBackend(checkpoint) if importlib.util.find_spec("vllm") is not None else VLLMWorker(checkpoint)
 
 
@@ -89,7 +89,7 @@ class MergedAdapter:
         cache_root().mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=".merged-", dir=cache_root()))
         try:
-            self.engine = _vllm(str(export_version(adapter, folder / "model", merged=True)))
+            self.engine = start_vllm(str(export_version(adapter, folder / "model", merged=True)))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self.model_id = str(adapter)

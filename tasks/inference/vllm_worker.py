@@ -3,8 +3,10 @@
 vLLM's CPU build needs its own torch/transformers set (docs/ARCHITECTURE.md, Models), so on this kind of
 machine it lives in .venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker
 holds one ``vllm.LLM`` (``backends.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
-Protocol: the worker prints ``READY`` once loaded; each request line is ``{"requests": [...], "sampling": {...}}``
-and each answer line ``{"generations": [...]}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
+Protocol: the worker prints ``READY`` once loaded; each request line is ``{"op": "generate", "requests": [...],
+"sampling": {...}}``, ``{"op": "generate_ids", "prompts": [[ids]], "seeds": [...], "sampling": {...}}`` (GRPO's
+rollouts) or ``{"op": "load_weights", "path": FILE}`` (the policy's new weights, a safetensors file), and each answer
+line ``{"result": ...}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
 stderr, which the parent keeps in a log file for error messages.
 """
 
@@ -19,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from flywheel.tasks.inference.backends import VLLMBackend
 from flywheel.tasks.inference.protocol import Generation, Request, Sampling
@@ -61,15 +64,26 @@ class VLLMWorker:
     def _tail(self) -> str:
         return Path(self.log.name).read_text(errors="replace")[-1500:]
 
-    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+    def _call(self, payload: dict[str, Any]) -> Any:
         assert self.proc.stdin is not None
-        payload = {"requests": [asdict(r) for r in requests], "sampling": asdict(sampling)}
         self.proc.stdin.write(json.dumps(payload) + "\n")
         self.proc.stdin.flush()
         reply = json.loads(self._line())
         if "error" in reply:
             raise RuntimeError(f"vLLM worker: {reply['error']}")
-        return [Generation(**g) for g in reply["generations"]]
+        return reply["result"]
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
+        payload = {"op": "generate", "requests": [asdict(r) for r in requests], "sampling": asdict(sampling)}
+        return [Generation(**g) for g in self._call(payload)]
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+                     sampling: Sampling) -> list[list[int]]:
+        return self._call({"op": "generate_ids", "prompts": [list(p) for p in prompts], "seeds": list(seeds),
+                           "sampling": asdict(sampling)})
+
+    def load_weights(self, path: str) -> int:
+        return self._call({"op": "load_weights", "path": path})
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -89,8 +103,14 @@ def main() -> None:
     for line in sys.stdin:
         try:
             job = json.loads(line)
-            gens = backend.generate([Request(**r) for r in job["requests"]], Sampling(**job["sampling"]))
-            out.write(json.dumps({"generations": [g.as_dict() for g in gens]}) + "\n")
+            if job["op"] == "generate":
+                gens = backend.generate([Request(**r) for r in job["requests"]], Sampling(**job["sampling"]))
+                result: Any = [g.as_dict() for g in gens]
+            elif job["op"] == "generate_ids":
+                result = backend.generate_ids(job["prompts"], job["seeds"], Sampling(**job["sampling"]))
+            else:
+                result = backend.load_weights(job["path"])
+            out.write(json.dumps({"result": result}) + "\n")
         except Exception as err:  # reported to the parent, which raises it with this message
             out.write(json.dumps({"error": f"{type(err).__name__}: {err}"}) + "\n")
 

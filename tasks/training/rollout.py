@@ -52,8 +52,8 @@ def prompt(task: Task) -> list[dict[str, str]]:
 
 
 class Rollouts:
-    def __init__(self, tokenizer: Any, seed: int, prefix_cache: bool) -> None:
-        self.tokenizer, self.seed, self.prefix_cache = tokenizer, seed, prefix_cache
+    def __init__(self, tokenizer: Any, seed: int, prefix_cache: bool, vllm_base: Path | None = None) -> None:
+        self.tokenizer, self.seed, self.prefix_cache, self.vllm_base = tokenizer, seed, prefix_cache, vllm_base
         self.calls: dict[int, int] = {}
         self.wrapped: dict[int, Any] = {}
         self.seconds = 0.0
@@ -64,12 +64,25 @@ class Rollouts:
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         if id(model) not in self.wrapped:  # one wrapper (and prefix store) per model object
-            self.wrapped.clear()
-            self.wrapped[id(model)] = HFChatModel.wrap(model, self.tokenizer, Path("training"),
-                                                       prefix_cache=self.prefix_cache)
+            self.close()
+            policy = HFChatModel.wrap(model, self.tokenizer, Path("training"), prefix_cache=self.prefix_cache)
+            if self.vllm_base is not None:  # the same encoding; the sampling on vLLM (vllm_rollout.py)
+                from flywheel.tasks.training.vllm_rollout import VLLMPolicy
+
+                policy = VLLMPolicy(policy, model, self.vllm_base)
+            self.wrapped[id(model)] = policy
         step = trainer.state.global_step
         self.calls[step] = self.calls.get(step, -1) + 1
+        if self.vllm_base is not None:
+            self.wrapped[id(model)].sync(step)  # the weights of this step's policy, once per optimizer step
         return self.wrapped[id(model)], step, [self.seed, step, self.calls[step]]
+
+    def close(self) -> None:
+        """Stop a vLLM engine (it holds its KV cache's memory until then)."""
+        for policy in self.wrapped.values():
+            if hasattr(policy, "close"):
+                policy.close()
+        self.wrapped.clear()
 
     def timed(self, fn: Callable[[list[Any], Any], dict[str, Any]]) -> Callable[[list[Any], Any], dict[str, Any]]:
         def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -125,12 +138,12 @@ def distinct(prompts: list[Any], by_prompt: dict[str, Task]) -> tuple[list[Task]
 
 
 def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: bool = True, refill: int = 0,
-                 reward: RewardKind = "verifier",
-                 threshold: float = 1.0) -> tuple[Callable[..., Any], Rollouts, Refill]:
+                 reward: RewardKind = "verifier", threshold: float = 1.0,
+                 vllm_base: Path | None = None) -> tuple[Callable[..., Any], Rollouts, Refill]:
     from flywheel.verifiers.envs import get_env
 
     by_prompt = {json.dumps(prompt(t)): t for t in tasks}
-    state, filtering = Rollouts(tokenizer, seed, prefix_cache), Refill(tasks, refill)
+    state, filtering = Rollouts(tokenizer, seed, prefix_cache, vllm_base), Refill(tasks, refill)
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         policy, _, path = state.start(trainer)

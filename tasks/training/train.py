@@ -47,6 +47,7 @@ from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 from flywheel.tasks.training.rollout import prompt
 from flywheel.tasks.training.selection import Best
 from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
+from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
 from flywheel.verifiers.envs import env_names, get_env
 
 AGENT_STEPS = 6  # held-out agent episodes stop here, as `flywheel eval --max-steps` does by default
@@ -109,6 +110,7 @@ class TrainConfig(BaseModel):
     reward: RewardKind = Field(default="verifier", description=REWARD_HELP)
     replay_weight: float = Field(default=0.0, ge=0.0, le=100.0, description=REPLAY_HELP)
     replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
+    rollout_backend: Literal["transformers", "vllm"] = Field(default="transformers", description=ROLLOUT_HELP)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -139,8 +141,22 @@ class TrainConfig(BaseModel):
             if not set(ids) - skip:
                 raise ValueError(f"no train tasks left to train on: --skip-tasks {self.skip_tasks} marks all "
                                  f"{len(ids)} train tasks always or never solved (check --skip-tasks and --limit)")
+        if self.rollout_backend == "vllm":
+            self._check_vllm(read_manifest(Path(self.dataset)).env)
         return self
 
+    def _check_vllm(self, env: str) -> None:
+        from flywheel.tasks.inference.policy import vllm_available
+
+        if self.method != "grpo":
+            raise ValueError("--rollout-backend vllm applies to GRPO only (SFT samples nothing); drop it or pass "
+                             "--method grpo")
+        if get_env(env).multi_turn:
+            raise ValueError("--rollout-backend vllm samples single-turn tasks only; agent episodes (multi-turn "
+                             "envs) roll out on transformers: drop the option")
+        if not vllm_available():
+            raise ValueError("--rollout-backend vllm needs vLLM: run `bash deploy/install.sh --with-vllm` (or set "
+                             "FLYWHEEL_VLLM_PYTHON), or drop the option")
 
 
 def sft_rows(tasks: list[Task]) -> list[dict[str, Any]]:
@@ -214,7 +230,7 @@ def _claim(out: Path, config: TrainConfig) -> None:
     write_text_atomic(saved, json.dumps(mine, indent=2) + "\n")
 
 
-def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task]) -> tuple[Any, ...]:
+def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task], vllm_base: Path | None) -> tuple[Any, ...]:
     """GRPO's ``rollout_func`` and the counters it keeps (rollout seconds, filtered groups per step), or (None,):
     TRL's own generation (single-turn with --no-prefix-cache --refill 0)."""
     if config.method != "grpo":
@@ -225,11 +241,11 @@ def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task]) -> tuple[An
 
         return make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache,
                                     refill=config.refill, reward=config.reward, threshold=config.success_threshold)
-    if config.prefix_cache or config.refill:  # one prefill per prompt, flat groups redrawn (rollout.py says why)
+    if config.prefix_cache or config.refill or vllm_base:  # one prefill per prompt, flat groups redrawn (rollout.py)
         from flywheel.tasks.training.rollout import make_rollout
 
         return make_rollout(tokenizer, tasks, config.seed, prefix_cache=config.prefix_cache, refill=config.refill,
-                            reward=config.reward, threshold=config.success_threshold)
+                            reward=config.reward, threshold=config.success_threshold, vllm_base=vllm_base)
     return (None,)
 
 
@@ -299,7 +315,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     from transformers import PrinterCallback, set_seed
     from transformers.utils import logging as hf_logging
 
-    from flywheel.tasks.inference.models import fingerprint, load_causal_lm, resolve_model
+    from flywheel.tasks.inference.models import adapter_base, fingerprint, is_adapter, load_causal_lm, resolve_model
 
     hf_logging.disable_progress_bar()  # progress goes to metrics.jsonl and ``notify``, not to bars on stderr
     datasets.disable_progress_bars()
@@ -339,7 +355,8 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
                                config.success_threshold, prefix_cache=config.prefix_cache,
                                max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1)
 
-    rollout, *rollout_counters = _rollout(config, tokenizer, tasks)
+    vllm_base = (adapter_base(base) if is_adapter(base) else base) if config.rollout_backend == "vllm" else None
+    rollout, *rollout_counters = _rollout(config, tokenizer, tasks, vllm_base)
     replay = None
     if config.method == "grpo" and config.replay_weight:  # every train task but the validation slice
         from flywheel.tasks.training.replay import Replay
@@ -358,7 +375,12 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     set_seed(config.seed)  # before the trainer: a new LoRA adapter's initial weights come from this state
     trainer = _trainer(config, model, tokenizer, tasks, common, [log], reward, rollout, replay)
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; TrainLog writes them as JSON lines
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        for counter in rollout_counters:  # a vLLM engine for the rollouts goes with the training
+            if hasattr(counter, "close"):
+                counter.close()
     adapter, selected = _save_adapter(trainer, out, best)
     history = [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     result = {"method": config.method, "adapter": str(adapter), "adapter_hash": fingerprint(adapter),

@@ -1,0 +1,103 @@
+"""GRPO's rollouts on vLLM (tasks/training/vllm_rollout.py): the merged weights sent to the engine, the engine
+sampling the current step's policy, a GRPO run on it, and the bad options."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import lora_adapter
+from flywheel.schemas import Task
+from flywheel.tasks.inference.models import adapter_base, export_version, load_causal_lm
+from flywheel.tasks.inference.policy import Sampling, start_vllm
+from flywheel.tasks.training.rollout import prompt
+from flywheel.tasks.training.train import TrainConfig
+from flywheel.tasks.training.vllm_rollout import VLLMPolicy, merged_weights
+
+
+def _tasks(dataset: str, n: int) -> list[Task]:
+    import polars as pl
+
+    return [Task.model_validate_json(t) for t in pl.read_parquet(Path(dataset) / "train.parquet")["task"][:n]]
+
+
+def _need_vllm() -> None:
+    from flywheel.tasks.inference.vllm_worker import vllm_python
+
+    if not vllm_python().exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
+        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
+
+
+def test_merged_weights_are_the_exported_merge_and_leave_the_model_untouched(tmp_path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    adapter = lora_adapter(tmp_path / "a", seed=3)
+    model, _ = load_causal_lm(adapter)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    weights = merged_weights(model)
+    merged = load_file(export_version(adapter, tmp_path / "m", merged=True) / "model.safetensors")
+    base = load_file(adapter_base(adapter) / "model.safetensors")
+    # the adapter trains q and v; k goes too, at its base weight: vLLM reloads its fused qkv layer whole
+    assert set(weights) == {k for k in merged if k.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight"))}
+    for name, weight in weights.items():
+        torch.testing.assert_close(weight, merged[name], rtol=0, atol=1e-6)
+        assert torch.equal(weight, base[name].float()) == name.endswith("k_proj.weight"), name
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items()), "the trained model was changed"
+    plain, _ = load_causal_lm(adapter_base(adapter))
+    with pytest.raises(ValueError, match="no LoRA layer"):
+        merged_weights(plain)
+
+
+def test_bad_rollout_backend_options_fail_with_one_clear_line(tool_dataset, tmp_path, monkeypatch) -> None:
+    common = {"dataset": tool_dataset, "out": str(tmp_path / "o"), "rollout_backend": "vllm"}
+    with pytest.raises(ValueError, match="applies to GRPO only"):
+        TrainConfig(method="sft", **common)
+    with pytest.raises(ValueError, match="rollout_backend"):
+        TrainConfig(**common | {"rollout_backend": "tpu"})
+    monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing" / "python"))
+    if __import__("importlib").util.find_spec("vllm") is None:  # vLLM lives in .venv-vllm, not here
+        with pytest.raises(ValueError, match="install.sh --with-vllm"):
+            TrainConfig(**common)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tmp_path) -> None:
+    """The engine serves the base until the first sync, then exactly the merged policy (the same greedy ids as a fresh
+    engine on the merged export: the prefix cache of the old weights is dropped); same seed, same samples; a GRPO
+    run on it trains and logs its rollout time."""
+    from flywheel.tasks.inference.hf import HFChatModel
+    from flywheel.tasks.training.train import train
+
+    _need_vllm()
+    adapter = lora_adapter(tmp_path / "a", seed=3)
+    model, tokenizer = load_causal_lm(adapter)
+    hf = HFChatModel.wrap(model, tokenizer, Path("training"))
+    prompts = hf.encode([prompt(t) for t in _tasks(tool_dataset, 4)])
+    policy = VLLMPolicy(hf, model, adapter_base(adapter))
+    try:
+        before = policy.generate_ids(prompts, 0, temperature=0.0, max_new_tokens=24)
+        policy.sync(0)
+        served = policy.generate_ids(prompts, 0, temperature=0.0, max_new_tokens=24)
+        sampled = [policy.generate_ids(prompts, 5, temperature=1.0, max_new_tokens=24) for _ in range(2)]
+    finally:
+        policy.close()
+    assert served != before, "the synced weights must change what the engine writes"
+    assert sampled[0] == sampled[1] and sampled[0] != served
+    assert all(len(ids) == 24 or ids[-1] == tokenizer.eos_token_id for ids in served)  # the end token is kept
+    engine = start_vllm(str(export_version(adapter, tmp_path / "m", merged=True)))
+    try:
+        assert engine.generate_ids(prompts, [0] * len(prompts), Sampling(0.0, 1.0, 24)) == served
+    finally:
+        engine.close()
+    result = train(TrainConfig(dataset=tool_dataset, out=str(tmp_path / "grpo"), method="grpo", limit=4, max_steps=2,
+                               batch_size=4, num_generations=2, refill=0, eval_interval=0, eval_limit=1,
+                               max_completion_length=16, save_steps=100, rollout_backend="vllm"))
+    steps = [r for r in result["history"] if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["rollout_s"] > 0 for r in steps)
+    assert (Path(result["adapter"]) / "adapter_model.safetensors").is_file()
