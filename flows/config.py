@@ -203,6 +203,10 @@ class RunConfig(BaseModel):
     prefix_cache: bool = Field(default=True, description=PREFIX_CACHE_HELP)
     eval_backend: Literal["auto", "transformers", "vllm"] = Field(
         default="auto", description="Every eval of the run (curriculum sampling included): " + BACKEND_HELP)
+    grpo_rollout_backend: Literal["auto", "transformers", "vllm"] = Field(
+        default="auto", description="GRPO's rollouts: auto (vllm when it is installed, the env is single-turn and "
+        "GRPO samples at least 100 completions in all, else transformers) | transformers | vllm (a vLLM engine that "
+        "gets the policy's weights after every step).")
 
     @model_validator(mode="before")
     @classmethod
@@ -225,7 +229,27 @@ class RunConfig(BaseModel):
         for env in (self.env, *self.capability_envs):
             if env not in env_names():
                 raise ValueError(f"--env {env!r} is not an env; choose one of {', '.join(env_names())}")
+        if self.grpo_rollout_backend == "vllm":
+            from flywheel.tasks.inference.policy import vllm_available
+            from flywheel.verifiers.envs import get_env
+
+            if get_env(self.env).multi_turn:
+                raise ValueError(f"--grpo-rollout-backend vllm samples single-turn tasks only; --env {self.env} "
+                                 "trains on agent episodes, which roll out on transformers: drop the option")
+            if not vllm_available():
+                raise ValueError("--grpo-rollout-backend vllm needs vLLM: run `bash deploy/install.sh --with-vllm` "
+                                 "(or set FLYWHEEL_VLLM_PYTHON), or drop the option")
         return self
+
+    def rollout_backend(self) -> Literal["transformers", "vllm"]:
+        """GRPO's rollout backend, ``auto`` resolved (as evals resolve theirs: vLLM from 100 rollouts on)."""
+        if self.grpo_rollout_backend != "auto":
+            return self.grpo_rollout_backend
+        from flywheel.tasks.inference.policy import pick_backend
+        from flywheel.verifiers.envs import get_env
+
+        rollouts = self.grpo_steps * self.grpo_prompts * self.num_generations
+        return "transformers" if get_env(self.env).multi_turn else pick_backend("auto", rollouts)  # type: ignore
 
 
 def field_default(model: type[BaseModel], name: str) -> Any:

@@ -48,7 +48,8 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
                    curriculum_tasks: int | None = None,
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None,
-                   dask_address: str | None = None, eval_backend: str = "auto") -> RunSummary:
+                   dask_address: str | None = None, eval_backend: str = "auto",
+                   grpo_rollout_backend: str = "auto") -> RunSummary:
     """None: the --profile preset's value, else RunConfig's default (as `flywheel run` does with options not given)."""
     given = {"n": n, "eval_limit": eval_limit, "sft_steps": sft_steps, "grpo_steps": grpo_steps,
              "curriculum_tasks": curriculum_tasks, "validation_tasks": validation_tasks,
@@ -56,6 +57,6 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
     config = RunConfig(out=out, seed=seed, env=env, profile=profile, num_generations=num_generations,
                        max_tokens=max_tokens, refill=refill, curriculum_samples=curriculum_samples,
                        train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
-                       eval_backend=eval_backend,
+                       eval_backend=eval_backend, grpo_rollout_backend=grpo_rollout_backend,
                        **{k: v for k, v in given.items() if v is not None})
     return run_pipeline.fn(config)

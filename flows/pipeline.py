@@ -100,7 +100,8 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         eval_interval=0 if sft or not validation else max(1, config.grpo_steps // 2),
                         validation=validation,  # SFT never trains on the slice either
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
-                        prefix_cache=config.prefix_cache, lora_targets=config.lora_targets)
+                        prefix_cache=config.prefix_cache, lora_targets=config.lora_targets,
+                        rollout_backend="transformers" if sft else config.rollout_backend())
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
                                                               "registry": str(out / "registry"), "parent": parent},

@@ -127,6 +127,7 @@ def run_(
     dask_address: str = option(RunConfig, "dask_address"),
     prefix_cache: bool = option(RunConfig, "prefix_cache"),
     eval_backend: str = option(RunConfig, "eval_backend"),
+    grpo_rollout_backend: str = option(RunConfig, "grpo_rollout_backend"),
 ) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
     values = {k: v for k, v in locals().items() if k != "ctx"}  # first: every option's value, nothing else yet

@@ -72,8 +72,12 @@ def make_backend(kind: str, model: str | None, base_url: str | None = None, *, b
     return _LOADED[key]
 
 
-def start_vllm(checkpoint: str) -> Any:
-    return VLLMBackend(checkpoint) if importlib.util.find_spec("vllm") is not None else VLLMWorker(checkpoint)
+def start_vllm(checkpoint: str, memory: float | None = None) -> Any:
+    """A vLLM engine on a checkpoint, in process when vLLM is importable, else in the .venv-vllm worker; ``memory``:
+    the fraction of memory its KV cache reserves (None: ``FLYWHEEL_VLLM_MEMORY``, default 0.3)."""
+    if importlib.util.find_spec("vllm") is not None:
+        return VLLMBackend(checkpoint, gpu_memory_utilization=memory)
+    return VLLMWorker(checkpoint, memory=memory)
 
 
 class MergedAdapter:

@@ -32,6 +32,9 @@ from flywheel.tasks.inference.protocol import Sampling, batch_seed
 
 ROLLOUT_HELP = ("GRPO: where the rollouts are sampled: transformers (in the trainer, one prefill per prompt) | vllm "
                 "(a vLLM engine that gets the policy's weights after every step; single-turn envs; needs .venv-vllm).")
+# the rollout engine's KV reservation (fraction of RAM on CPU): a GRPO step's 16 sequences of ~300 tokens need a few
+# MB; with eval's 0.3 (7 GB here) reserved beside the trainer, its updates ran 15-70% slower (bench/RESULTS.md)
+ROLLOUT_MEMORY = 0.1
 PREFIX = "base_model.model."  # PEFT's prefix on the wrapped model's module names
 
 
@@ -67,7 +70,7 @@ class VLLMPolicy:
         from flywheel.tasks.inference.policy import start_vllm
 
         self.hf, self.model, self.synced = hf, model, None
-        self.engine = start_vllm(str(checkpoint))
+        self.engine = start_vllm(str(checkpoint), None if "FLYWHEEL_VLLM_MEMORY" in os.environ else ROLLOUT_MEMORY)
 
     def encode(self, conversations: Sequence[Sequence[dict[str, str]]]) -> list[list[int]]:
         return self.hf.encode(conversations)

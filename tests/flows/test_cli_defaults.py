@@ -101,3 +101,20 @@ def test_an_envs_run_defaults_replace_the_tool_call_sizes_and_given_options_win(
     # through the CLI: a bad value still fails in one line before any work, whatever the preset
     result = CliRunner().invoke(app, ["run", "--env", "workplace", "--n", "5", "--out", "x"])
     assert result.exit_code == 1 and "n" in result.output and "20" in result.output
+
+
+def test_auto_rollouts_take_vllm_only_for_long_single_turn_grpo_where_it_is_installed(tmp_path, monkeypatch) -> None:
+    import importlib.util
+
+    from flywheel.flows.config import RunConfig
+
+    python = tmp_path / "python"
+    python.write_text("")
+    monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(python))  # a .venv-vllm is there
+    assert RunConfig(profile="full").rollout_backend() == "vllm"  # 32 steps x 2 prompts x 8: 512 completions
+    assert RunConfig().rollout_backend() == "transformers"  # the default run's few steps: the engine's start loses
+    assert RunConfig(profile="full", env="workplace").rollout_backend() == "transformers"  # agent episodes
+    assert RunConfig(profile="full", grpo_rollout_backend="transformers").rollout_backend() == "transformers"
+    if importlib.util.find_spec("vllm") is None:  # vLLM lives in .venv-vllm, not here
+        monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing"))
+        assert RunConfig(profile="full").rollout_backend() == "transformers"

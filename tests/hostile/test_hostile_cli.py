@@ -286,7 +286,12 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
              (["--grpo-reward", "partial"], "error: --grpo-reward: Input should be 'verifier' or 'success'"),
              (["--grpo-replay", "-1"], "error: --grpo-replay: Input should be greater than or equal to 0"),
              (["--grpo-replay", "inf"], "error: --grpo-replay: Input should be a finite number"),
-             (["--eval-backend", "openai"], "error: --eval-backend: Input should be 'auto', 'transformers' or 'vllm'")]
+             (["--eval-backend", "openai"], "error: --eval-backend: Input should be 'auto', 'transformers' or 'vllm'"),
+             (["--grpo-rollout-backend", "openai"], "error: --grpo-rollout-backend: Input should be 'auto', "
+                                                    "'transformers' or 'vllm'"),
+             (["--env", "workplace", "--grpo-rollout-backend", "vllm"], "error: --grpo-rollout-backend vllm samples "
+              "single-turn tasks only; --env workplace trains on agent episodes, which roll out on transformers: drop "
+              "the option")]
     for args, message in cases:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
         assert code == 1 and _one_error(output) == message, (args, output)
