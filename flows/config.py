@@ -204,9 +204,9 @@ class RunConfig(BaseModel):
     eval_backend: Literal["auto", "transformers", "vllm"] = Field(
         default="auto", description="Every eval of the run (curriculum sampling included): " + BACKEND_HELP)
     grpo_rollout_backend: Literal["auto", "transformers", "vllm"] = Field(
-        default="auto", description="GRPO's rollouts: auto (vllm when it is installed, the env is single-turn and "
-        "GRPO samples at least 100 completions in all, else transformers) | transformers | vllm (a vLLM engine that "
-        "gets the policy's weights after every step).")
+        default="transformers", description="GRPO's rollouts: transformers | vllm (a vLLM engine that gets the "
+        "policy's weights after every step) | auto (vllm when it is installed, the env is single-turn and GRPO "
+        "samples at least 100 completions in all, else transformers).")
 
     @model_validator(mode="before")
     @classmethod

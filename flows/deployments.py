@@ -49,7 +49,7 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None,
                    dask_address: str | None = None, eval_backend: str = "auto",
-                   grpo_rollout_backend: str = "auto") -> RunSummary:
+                   grpo_rollout_backend: str = "transformers") -> RunSummary:
     """None: the --profile preset's value, else RunConfig's default (as `flywheel run` does with options not given)."""
     given = {"n": n, "eval_limit": eval_limit, "sft_steps": sft_steps, "grpo_steps": grpo_steps,
              "curriculum_tasks": curriculum_tasks, "validation_tasks": validation_tasks,

@@ -73,7 +73,8 @@ def _key(value: Any) -> str:
 
 Item = tuple[Task, str, int, int]  # task, tool label, sample, rollout seed
 # vLLM schedules the requests of one call itself: 200 prompts in one call ran 1.43x the rollouts/s of calls of 16
-# (bench/RESULTS.md, "vLLM evals in calls of up to 256 rollouts"); transformers batches inside its backend
+# (bench/RESULTS.md, "`flywheel eval` rollouts/s: the old path against the new"); transformers batches inside its
+# backend
 VLLM_CALL_ROWS = 256
 
 

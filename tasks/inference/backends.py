@@ -89,7 +89,7 @@ class VLLMBackend:
         if is_adapter(path):
             raise ValueError(f"{path} is a PEFT adapter: the vllm backend needs a merged checkpoint "
                              "(`flywheel registry export --merged`), or use --backend transformers")
-        dtype = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto")
+        dtype, scheduling = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto"), {}
         if current_platform.is_cpu():
             # the engine core and its worker would be two more spawned processes, each importing torch and vLLM
             # (15-20 s of start-up) and the worker computing on one core; in process it uses all cores
@@ -97,12 +97,16 @@ class VLLMBackend:
             # vLLM's "auto" casts fp32 checkpoints to bf16 on every CPU; without AVX512-BF16/AMX that is emulated
             # and 5x slower than fp32
             dtype = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto" if _cpu_has_bf16() else "float32")
+            # vLLM 0.32 rewinds a seeded request's generator when its prompt's prefill is split across steps (chunked
+            # prefill), which a CPU generator cannot do: a sampled call whose prompts passed 4,096 tokens in all
+            # failed ("CPU Generator does not use offset"). Whole prompts only, so the step budget holds the longest.
+            scheduling = {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, _context(path))}
         if gpu_memory_utilization is None:  # on CPU: the fraction of RAM reserved, checked free at start-up
             gpu_memory_utilization = _memory_fraction(os.environ.get("FLYWHEEL_VLLM_MEMORY", "0.3"))
         self.model_id, self.compile_mode, self.dtype = str(path), mode, dtype
         self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0, dtype=dtype,
                        enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
-                       enforce_eager=mode == "eager")
+                       enforce_eager=mode == "eager", **scheduling)
         self.params = SamplingParams
 
     def close(self) -> None:
@@ -123,7 +127,6 @@ class VLLMBackend:
                            len(o.outputs[0].token_ids), o.outputs[0].finish_reason or "stop")
                 for r, o in zip(requests, outs)]
 
-
     def generate_ids(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
                      sampling: Sampling) -> list[list[int]]:
         """The new token ids of each tokenized prompt, the end-of-sequence token kept (GRPO's rollouts)."""
@@ -136,17 +139,24 @@ class VLLMBackend:
 
     def load_weights(self, path: str) -> int:
         """Load the tensors of a safetensors file (Hugging Face names, any subset of the model's) into the served
-        model in place, then drop the prefix cache, whose KV was computed with the old weights. vLLM's in-place
-        reload, not ``model.load_weights``: on CPU the linear layers' weights are repacked after loading (their
-        parameters are empty), and the reload restores, loads and repacks them layer by layer."""
-        from safetensors.torch import load_file
-
-        dtype = self.llm.llm_engine.model_config.dtype
-        tensors = {name: t.to(dtype) for name, t in load_file(path).items()}
-        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
-        runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+        model in place, in every vLLM worker (``collective_rpc``: the engine may run its workers in other
+        processes), then drop the prefix cache, whose KV was computed with the old weights."""
+        loaded = self.llm.collective_rpc(_reload_weights, args=(path,))
         self.llm.reset_prefix_cache()
-        return len(tensors)
+        return int(loaded[0])
+
+
+def _reload_weights(worker: Any, path: str) -> int:
+    """Runs in a vLLM worker. vLLM's in-place reload, not ``model.load_weights``: on CPU the linear layers' weights
+    are repacked after loading (their parameters left empty), and the reload restores, loads and repacks them layer
+    by layer; a fused layer (qkv_proj, gate_up_proj) must get all its parts."""
+    from safetensors.torch import load_file
+
+    dtype = worker.model_runner.model_config.dtype
+    tensors = load_file(path)
+    worker.model_runner.reload_weights(weights_iterator=((name, t.to(dtype)) for name, t in tensors.items()),
+                                       is_checkpoint_format=True)
+    return len(tensors)
 
 
 def _memory_fraction(text: str) -> float:
@@ -158,6 +168,15 @@ def _memory_fraction(text: str) -> float:
         raise ValueError(f"FLYWHEEL_VLLM_MEMORY={text!r}: the fraction of memory vLLM reserves (on CPU: of RAM) "
                          "must be a number in (0, 1], e.g. 0.3")
     return value
+
+
+def _context(checkpoint: Any) -> int:
+    """The checkpoint's context length (``max_position_embeddings`` in its config.json; 4096 when absent)."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+    return int(config.get("max_position_embeddings") or 4096)
 
 
 def _cpu_has_bf16() -> bool:

@@ -110,8 +110,10 @@ def main() -> None:
                 result: Any = [g.as_dict() for g in gens]
             elif job["op"] == "generate_ids":
                 result = backend.generate_ids(job["prompts"], job["seeds"], Sampling(**job["sampling"]))
-            else:
+            elif job["op"] == "load_weights":
                 result = backend.load_weights(job["path"])
+            else:
+                raise ValueError(f"unknown op {job['op']!r}")
             out.write(json.dumps({"result": result}) + "\n")
         except Exception as err:  # reported to the parent, which raises it with this message
             out.write(json.dumps({"error": f"{type(err).__name__}: {err}"}) + "\n")

@@ -44,6 +44,13 @@ FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 def merged_weights(model: Any) -> dict[str, Any]:
+    import torch
+
+    with torch.no_grad():
+        return _merged(model)
+
+
+def _merged(model: Any) -> dict[str, Any]:
     modules = dict(model.named_modules())
     out = {}
     for name, module in modules.items():
@@ -52,7 +59,7 @@ def merged_weights(model: Any) -> dict[str, Any]:
         weight = module.base_layer.weight.detach()
         for adapter in module.active_adapters:
             if adapter in module.lora_A and adapter not in module.merged_adapters:
-                weight = weight + module.get_delta_weight(adapter).detach()
+                weight = weight + module.get_delta_weight(adapter)
         out[name.removeprefix(PREFIX) + ".weight"] = weight.float().contiguous().cpu()
     if not out:
         raise ValueError("rollouts on vLLM need a LoRA-trained model: no LoRA layer found")

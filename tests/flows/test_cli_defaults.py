@@ -111,10 +111,11 @@ def test_auto_rollouts_take_vllm_only_for_long_single_turn_grpo_where_it_is_inst
     python = tmp_path / "python"
     python.write_text("")
     monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(python))  # a .venv-vllm is there
-    assert RunConfig(profile="full").rollout_backend() == "vllm"  # 32 steps x 2 prompts x 8: 512 completions
-    assert RunConfig().rollout_backend() == "transformers"  # the default run's few steps: the engine's start loses
-    assert RunConfig(profile="full", env="workplace").rollout_backend() == "transformers"  # agent episodes
-    assert RunConfig(profile="full", grpo_rollout_backend="transformers").rollout_backend() == "transformers"
+    auto = {"grpo_rollout_backend": "auto"}
+    assert RunConfig(profile="full", **auto).rollout_backend() == "vllm"  # 32 steps x 2 prompts x 8: 512 completions
+    assert RunConfig(**auto).rollout_backend() == "transformers"  # the default run's few steps: the start loses
+    assert RunConfig(profile="full", env="workplace", **auto).rollout_backend() == "transformers"  # agent episodes
+    assert RunConfig(profile="full").rollout_backend() == "transformers"  # the default until a full run checks it
     if importlib.util.find_spec("vllm") is None:  # vLLM lives in .venv-vllm, not here
         monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing"))
-        assert RunConfig(profile="full").rollout_backend() == "transformers"
+        assert RunConfig(profile="full", **auto).rollout_backend() == "transformers"

@@ -85,6 +85,9 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
         policy.sync(0)
         served = policy.generate_ids(prompts, 0, temperature=0.0, max_new_tokens=24)
         sampled = [policy.generate_ids(prompts, 5, temperature=1.0, max_new_tokens=24) for _ in range(2)]
+        # seeded sampling over more than 4,096 prompt tokens in one call (vLLM's chunked prefill failed on CPU)
+        long = [[1] + list(range(100 + 7 * i, 300 + 7 * i)) for i in range(32)]
+        assert len(policy.generate_ids(long, 9, temperature=1.0, max_new_tokens=4)) == 32
     finally:
         policy.close()
     assert served != before, "the synced weights must change what the engine writes"
