@@ -230,15 +230,9 @@ class RunConfig(BaseModel):
             if env not in env_names():
                 raise ValueError(f"--env {env!r} is not an env; choose one of {', '.join(env_names())}")
         if self.grpo_rollout_backend == "vllm":
-            from flywheel.tasks.inference.policy import vllm_available
-            from flywheel.verifiers.envs import get_env
+            from flywheel.tasks.inference.policy import check_vllm_rollouts
 
-            if get_env(self.env).multi_turn:
-                raise ValueError(f"--grpo-rollout-backend vllm samples single-turn tasks only; --env {self.env} "
-                                 "trains on agent episodes, which roll out on transformers: drop the option")
-            if not vllm_available():
-                raise ValueError("--grpo-rollout-backend vllm needs vLLM: run `bash deploy/install.sh --with-vllm` "
-                                 "(or set FLYWHEEL_VLLM_PYTHON), or drop the option")
+            check_vllm_rollouts("--grpo-rollout-backend")
         return self
 
     def rollout_backend(self) -> Literal["transformers", "vllm"]:

@@ -215,6 +215,16 @@ def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, b
     return folder
 
 
+def need_vllm() -> None:
+    """Skip a vLLM test where .venv-vllm is missing; fail it in CI, which always builds it."""
+    from flywheel.tasks.inference.vllm_worker import vllm_python
+
+    if not vllm_python().exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
+        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
+
+
 def lora_adapter(folder: Path, seed: int) -> Path:
     """A real LoRA adapter of the embedded model with random A and B (init_lora_weights=False), so it changes what
     the model writes; different seeds give different weights."""

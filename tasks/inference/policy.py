@@ -37,6 +37,14 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None or vllm_python().exists()
 
 
+def check_vllm_rollouts(option: str) -> None:
+    """What ``--rollout-backend vllm`` (train) and ``--grpo-rollout-backend vllm`` (run) need: vLLM installed;
+    ValueError naming ``option`` otherwise."""
+    if not vllm_available():
+        raise ValueError(f"{option} vllm needs vLLM: run `bash deploy/install.sh --with-vllm` (or set "
+                         "FLYWHEEL_VLLM_PYTHON), or drop the option")
+
+
 def pick_backend(kind: str, rollouts: int) -> str:
     """``auto``: vLLM where it wins (installed, and at least ``AUTO_VLLM_MIN_ROLLOUTS`` rollouts to amortise its
     start), else transformers; any other name is kept."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flywheel.schemas import Task
@@ -172,18 +173,20 @@ def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p:
 
 
 def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int, prefix_cache: bool = True,
-                         refill: int = 0, reward: RewardKind = "verifier",
-                         threshold: float = 1.0) -> tuple[Any, Any, Any]:
+                         refill: int = 0, reward: RewardKind = "verifier", threshold: float = 1.0,
+                         vllm_base: Path | None = None) -> tuple[Any, Any, Any]:
     """TRL's ``rollout_func`` for multi-turn GRPO: each of the G copies of a prompt is its own episode in its own
-    session, a round's episodes generated in lockstep (``token_episodes``); the prompt names its task (TRL passes
-    prompts only). A group whose G episodes all score the same is redrawn with a fresh task (``rollout.Refill``).
+    session, a round's episodes generated in lockstep (``token_episodes``), in the trainer or, with ``vllm_base``, on
+    a vLLM engine synced to the policy's weights once per optimizer step (``vllm_rollout.VLLMPolicy``: each step's
+    context, observation tokens included, goes to it as token ids); the prompt names its task (TRL passes prompts
+    only). A group whose G episodes all score the same is redrawn with a fresh task (``rollout.Refill``).
     Also returns the counters: the ``Rollouts`` state (rollout seconds: generation and environment) and the
     ``Refill`` (groups dropped per step)."""
     from flywheel.tasks.training.rewards import shaped
     from flywheel.tasks.training.rollout import Refill, Rollouts, distinct
 
     by_prompt = {json.dumps(agent_prompt(t)): t for t in tasks}
-    state, filtering = Rollouts(tokenizer, seed, prefix_cache), Refill(tasks, refill)
+    state, filtering = Rollouts(tokenizer, seed, prefix_cache, vllm_base), Refill(tasks, refill)
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         policy, _, path = state.start(trainer)

@@ -142,21 +142,13 @@ class TrainConfig(BaseModel):
                 raise ValueError(f"no train tasks left to train on: --skip-tasks {self.skip_tasks} marks all "
                                  f"{len(ids)} train tasks always or never solved (check --skip-tasks and --limit)")
         if self.rollout_backend == "vllm":
-            self._check_vllm(read_manifest(Path(self.dataset)).env)
+            from flywheel.tasks.inference.policy import check_vllm_rollouts
+
+            if self.method != "grpo":
+                raise ValueError("--rollout-backend vllm applies to GRPO only (SFT samples nothing); drop it or pass "
+                                 "--method grpo")
+            check_vllm_rollouts("--rollout-backend")
         return self
-
-    def _check_vllm(self, env: str) -> None:
-        from flywheel.tasks.inference.policy import vllm_available
-
-        if self.method != "grpo":
-            raise ValueError("--rollout-backend vllm applies to GRPO only (SFT samples nothing); drop it or pass "
-                             "--method grpo")
-        if get_env(env).multi_turn:
-            raise ValueError("--rollout-backend vllm samples single-turn tasks only; agent episodes (multi-turn "
-                             "envs) roll out on transformers: drop the option")
-        if not vllm_available():
-            raise ValueError("--rollout-backend vllm needs vLLM: run `bash deploy/install.sh --with-vllm` (or set "
-                             "FLYWHEEL_VLLM_PYTHON), or drop the option")
 
 
 def sft_rows(tasks: list[Task]) -> list[dict[str, Any]]:
@@ -240,7 +232,8 @@ def _rollout(config: TrainConfig, tokenizer: Any, tasks: list[Task], vllm_base: 
         from flywheel.tasks.training.episodes import make_episode_rollout
 
         return make_episode_rollout(tokenizer, tasks, config.seed, AGENT_STEPS, prefix_cache=config.prefix_cache,
-                                    refill=config.refill, reward=config.reward, threshold=config.success_threshold)
+                                    refill=config.refill, reward=config.reward, threshold=config.success_threshold,
+                                    vllm_base=vllm_base)
     if config.prefix_cache or config.refill or vllm_base:  # one prefill per prompt, flat groups redrawn (rollout.py)
         from flywheel.tasks.training.rollout import make_rollout
 

@@ -10,10 +10,12 @@ Contract:
   active adapters, under the base checkpoint's parameter names (with the base weights of the projections vLLM fuses
   with it); computed beside the model, which is not touched (no merge/unmerge round trip that could drift the
   frozen base).
-- ``VLLMPolicy(hf, model, checkpoint)``: what ``rollout.make_rollout`` samples from, with ``HFChatModel``'s
-  ``encode``/``generate_ids`` contract (the same chat template and tokenizer as evaluation; the new ids up to and
-  including the end-of-sequence token). ``sync(step)`` sends the merged weights once per optimizer step, through a
-  private temporary safetensors file (in /dev/shm when there is one), and the engine drops its prefix cache.
+- ``VLLMPolicy(hf, model, checkpoint)``: what ``rollout.make_rollout`` and ``episodes.make_episode_rollout`` (agent
+  episodes: each step's context as token ids, observations included) sample from, with ``HFChatModel``'s
+  ``encode``/``generate_ids``/``tokenizer`` contract (the same chat template and tokenizer as evaluation; the new
+  ids up to and including the end-of-sequence token). ``sync(step)`` sends the merged weights once per optimizer
+  step, through a private temporary safetensors file (in /dev/shm when there is one), and the engine drops its
+  prefix cache.
   Completion ``i`` of a call is sampled with seed ``H(call seed, i)``.
 - vLLM runs in bf16 on CPUs with native bf16 (the trainer in fp32): the sampled tokens come from a policy a rounding
   away from the one trained; TRL recomputes the log-probs in its own forward pass, so the loss is on the trained
@@ -31,7 +33,8 @@ from typing import Any
 from flywheel.tasks.inference.protocol import Sampling, batch_seed
 
 ROLLOUT_HELP = ("GRPO: where the rollouts are sampled: transformers (in the trainer, one prefill per prompt) | vllm "
-                "(a vLLM engine that gets the policy's weights after every step; single-turn envs; needs .venv-vllm).")
+                "(a vLLM engine that gets the policy's weights after every step; agent episodes too; needs "
+                ".venv-vllm).")
 # the rollout engine's KV reservation (fraction of RAM on CPU): a GRPO step's 16 sequences of ~300 tokens need a few
 # MB; with eval's 0.3 (7 GB here) reserved beside the trainer, its updates ran 15-70% slower (bench/RESULTS.md)
 ROLLOUT_MEMORY = 0.1
@@ -76,7 +79,7 @@ class VLLMPolicy:
     def __init__(self, hf: Any, model: Any, checkpoint: Path) -> None:
         from flywheel.tasks.inference.policy import start_vllm
 
-        self.hf, self.model, self.synced = hf, model, None
+        self.hf, self.model, self.tokenizer, self.synced = hf, model, hf.tokenizer, None
         self.engine = start_vllm(str(checkpoint), None if "FLYWHEEL_VLLM_MEMORY" in os.environ else ROLLOUT_MEMORY)
 
     def encode(self, conversations: Sequence[Sequence[dict[str, str]]]) -> list[list[int]]:

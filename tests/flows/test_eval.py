@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from conftest import lora_adapter
+from conftest import lora_adapter, need_vllm
 from flywheel.flows.cli import app
 from flywheel.flows.config import EvalConfig, GenerateConfig
 from flywheel.flows.eval import group_calls, run_eval
@@ -183,12 +183,7 @@ def test_eval_bad_options_fail_with_what_to_fix(tmp_path) -> None:
 @pytest.mark.vllm
 def test_vllm_backend_seeds_records_and_eval(tool_dataset, tmp_path) -> None:
     """vllm.LLM in process in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it)."""
-    from flywheel.tasks.inference.vllm_worker import vllm_python
-
-    if not vllm_python().exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
-        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
+    need_vllm()
     _check_seeded(make_backend("vllm", None))
     summary = _eval(tool_dataset, tmp_path / "v", backend="vllm")  # the same worker: models load once per process
     report = EvalReport.model_validate_json(Path(summary["report"]).read_text())

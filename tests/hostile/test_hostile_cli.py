@@ -288,10 +288,7 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
              (["--grpo-replay", "inf"], "error: --grpo-replay: Input should be a finite number"),
              (["--eval-backend", "openai"], "error: --eval-backend: Input should be 'auto', 'transformers' or 'vllm'"),
              (["--grpo-rollout-backend", "openai"], "error: --grpo-rollout-backend: Input should be 'auto', "
-                                                    "'transformers' or 'vllm'"),
-             (["--env", "workplace", "--grpo-rollout-backend", "vllm"], "error: --grpo-rollout-backend vllm samples "
-              "single-turn tasks only; --env workplace trains on agent episodes, which roll out on transformers: drop "
-              "the option")]
+                                                    "'transformers' or 'vllm'")]
     for args, message in cases:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
         assert code == 1 and _one_error(output) == message, (args, output)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import free_port
+from conftest import free_port, need_vllm
 from flywheel.flows.config import GenerateConfig
 from flywheel.flows.generate import run_generate
 from flywheel.tasks.data.generate import generate_candidates
@@ -66,12 +65,7 @@ def test_openai_backend_retries_then_names_the_failure() -> None:
 def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
     """vllm.LLM in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it). The worker is loaded
     once per process and shared with tests/flows/test_eval.py's vllm test: one engine start (minutes) for both."""
-    from flywheel.tasks.inference.vllm_worker import vllm_python
-
-    if not vllm_python().exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
-        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
+    need_vllm()
     tools, seeds = catalog
     para = make_paraphraser("vllm", None, None)
     first = generate_candidates(range(8), seeds, tools, 3, para)

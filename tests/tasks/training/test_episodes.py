@@ -68,13 +68,6 @@ def test_a_gold_trajectory_that_no_longer_scores_fails_naming_the_task(tokenizer
         sft_row(tokenizer, stale)
 
 
-def test_vllm_rollouts_refuse_agent_episodes_in_one_line(workplace_dataset, tmp_path) -> None:
-    from flywheel.tasks.training.train import TrainConfig
-
-    with pytest.raises(ValueError, match="single-turn tasks only"):
-        TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "o"), rollout_backend="vllm")
-
-
 def test_trl_builds_the_labels_from_the_mask(workplace_dataset, tmp_path, tokenizer) -> None:
     """The SFT trainer's rows: -100 on the prompt and the observations, the token elsewhere."""
     from flywheel.tasks.inference.models import load_causal_lm, resolve_model

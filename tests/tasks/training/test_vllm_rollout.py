@@ -3,12 +3,11 @@ sampling the current step's policy, a GRPO run on it, and the bad options."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from conftest import lora_adapter
+from conftest import lora_adapter, need_vllm
 from flywheel.schemas import Task
 from flywheel.tasks.inference.models import adapter_base, export_version, load_causal_lm
 from flywheel.tasks.inference.policy import Sampling, start_vllm
@@ -21,15 +20,6 @@ def _tasks(dataset: str, n: int) -> list[Task]:
     import polars as pl
 
     return [Task.model_validate_json(t) for t in pl.read_parquet(Path(dataset) / "train.parquet")["task"][:n]]
-
-
-def _need_vllm() -> None:
-    from flywheel.tasks.inference.vllm_worker import vllm_python
-
-    if not vllm_python().exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
-        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
 
 
 def test_merged_weights_are_the_exported_merge_and_leave_the_model_untouched(tmp_path) -> None:
@@ -74,7 +64,7 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
     from flywheel.tasks.inference.hf import HFChatModel
     from flywheel.tasks.training.train import train
 
-    _need_vllm()
+    need_vllm()
     adapter = lora_adapter(tmp_path / "a", seed=3)
     model, tokenizer = load_causal_lm(adapter)
     hf = HFChatModel.wrap(model, tokenizer, Path("training"))
@@ -103,4 +93,38 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
                                max_completion_length=16, save_steps=100, rollout_backend="vllm"))
     steps = [r for r in result["history"] if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2] and all(r["rollout_s"] > 0 for r in steps)
+    assert (Path(result["adapter"]) / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_agent_episodes_roll_out_on_vllm_seeded_and_train(workplace_dataset, tmp_path) -> None:
+    """Multi-turn GRPO on vLLM: the episodes of a lockstep batch are sampled on the engine (each step's context as
+    token ids), the same seed gives the same episodes, each episode's first reply is the engine's sample for its row,
+    and a GRPO run on workplace trains on them and logs the episodes' counts."""
+    from flywheel.tasks.inference.hf import HFChatModel
+    from flywheel.tasks.inference.protocol import batch_seed
+    from flywheel.tasks.training.episodes import agent_prompt, token_episodes
+    from flywheel.tasks.training.train import train
+
+    need_vllm()
+    adapter = lora_adapter(tmp_path / "a", seed=4)
+    model, tokenizer = load_causal_lm(adapter)
+    tasks = _tasks(workplace_dataset, 3)
+    policy = VLLMPolicy(HFChatModel.wrap(model, tokenizer, Path("training")), model, adapter_base(adapter))
+    try:
+        policy.sync(0)
+        runs = [token_episodes(policy, tasks, 7, 1.0, 1.0, 24, 3) for _ in range(2)]
+        first = policy.generate_ids(policy.encode([agent_prompt(t) for t in tasks]), batch_seed([7, 1]), 1.0, 1.0, 24)
+    finally:
+        policy.close()
+    assert runs[0] == runs[1], "the same seed must give the same episodes"
+    for episode, reply in zip(runs[0], first, strict=True):
+        assert episode["completion_ids"][:len(reply)] == reply and episode["env_mask"][:len(reply)] == [1] * len(reply)
+        assert len(episode["completion_ids"]) == len(episode["env_mask"]) and episode["episode"]["steps"] >= 1
+    result = train(TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "grpo"), method="grpo", limit=2,
+                               max_steps=2, batch_size=2, num_generations=2, refill=0, eval_interval=0, eval_limit=1,
+                               max_completion_length=16, save_steps=100, rollout_backend="vllm"))
+    steps = [r for r in result["history"] if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["rollout_s"] > 0 and r["episode_steps"] >= 1 for r in steps)
     assert (Path(result["adapter"]) / "adapter_model.safetensors").is_file()
