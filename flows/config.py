@@ -205,8 +205,8 @@ class RunConfig(BaseModel):
         default="auto", description="Every eval of the run (curriculum sampling included): " + BACKEND_HELP)
     grpo_rollout_backend: Literal["auto", "transformers", "vllm"] = Field(
         default="transformers", description="GRPO's rollouts: transformers | vllm (a vLLM engine that gets the "
-        "policy's weights after every step) | auto (vllm when it is installed, the env is single-turn and GRPO "
-        "samples at least 100 completions in all, else transformers).")
+        "policy's weights after every step) | auto (vllm when it is installed and GRPO samples at least 100 "
+        "completions in all, or 16 agent episodes, else transformers).")
 
     @model_validator(mode="before")
     @classmethod
@@ -243,7 +243,7 @@ class RunConfig(BaseModel):
         from flywheel.verifiers.envs import get_env
 
         rollouts = self.grpo_steps * self.grpo_prompts * self.num_generations
-        return "transformers" if get_env(self.env).multi_turn else pick_backend("auto", rollouts)  # type: ignore
+        return pick_backend("auto", rollouts, episodes=get_env(self.env).multi_turn)  # type: ignore
 
 
 def field_default(model: type[BaseModel], name: str) -> Any:

@@ -35,6 +35,7 @@ from flywheel.tasks.files import write_text_atomic
 from flywheel.tasks.inference.models import fingerprint
 from flywheel.tasks.inference.policy import Backend, Sampling, make_backend, pick_backend
 from flywheel.verifiers import get_verifier
+from flywheel.verifiers.envs import get_env
 
 
 def split_file(config: EvalConfig) -> tuple[Path, DatasetManifest]:
@@ -141,7 +142,8 @@ def eval_policy(config: EvalConfig) -> EvalResult:
 
     # CPU: 16 rows per generate call (decode cost grows with rows); a GPU takes the whole eval batch at once
     per_call = config.batch_size if torch.cuda.is_available() else min(config.batch_size, 16)
-    kind = pick_backend(config.backend, len(tasks) * config.samples)
+    kind = pick_backend(config.backend, len(tasks) * config.samples,
+                        episodes=any(get_env(t.env).multi_turn for t in tasks))
     backend = make_backend(kind, config.model, config.base_url, batch_size=per_call,
                            concurrency=config.concurrency, native_tools=config.native_tools,
                            api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache)

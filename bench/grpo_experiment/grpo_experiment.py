@@ -4,7 +4,10 @@ Writes R/NAME; reuses R/greedy_<adapter folder name> and R/curr_<name>_<tasks> w
 sft/eval and curriculum there to pair with them). GX_REWARD: success (default) or verifier. GX_BETA: the KL
 coefficient (default 0; above 0 it anchors on START_ADAPTER). GX_REPLAY: the SFT replay weight (default 0;
 GX_REPLAY_ROWS reference answers per step, default 16). GX_BACKEND: the evals' backend (default transformers,
-as the evals it pairs with were made; one backend for both sides of a pair)."""
+as the evals it pairs with were made; one backend for both sides of a pair). GX_SEED: GRPO's seed (default 0).
+GX_ROLLOUT: GRPO's rollout backend (default transformers). GX_CURRICULUM=failures: instead of K samples of the first
+CURRIC_TASKS train tasks, one greedy answer to each of them, and GRPO trains on those the start adapter fails (the
+decisions greedy decoding gets wrong; flat groups are redrawn among them)."""
 import json
 import os
 import sys
@@ -31,14 +34,28 @@ t0 = time.time()
 if not (base / "report.json").exists():
     eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, seed=0, max_tokens=96, temperature=0.0,
                            backend=BACKEND))
+FAILURES = os.environ.get("GX_CURRICULUM") == "failures"
+if FAILURES:
+    curr = ROOT / f"fail_{tag}_{ct}"
 if not (curr / "per_task.parquet").exists():
-    eval_policy(EvalConfig(dataset=DS, split="train", out=str(curr), model=start, samples=4, temperature=1.0,
-                           limit=ct, seed=0, max_tokens=96, backend=BACKEND))
+    eval_policy(EvalConfig(dataset=DS, split="train", out=str(curr), model=start, samples=1 if FAILURES else 4,
+                           temperature=0.0 if FAILURES else 1.0, limit=ct, seed=0, max_tokens=96, backend=BACKEND))
+skip = curr / "per_task.parquet"
+if FAILURES:  # train on the greedy failures: mark them "mixed" (kept), the solved ones "always" (skipped)
+    import polars as pl
+
+    marks = pl.read_parquet(skip, columns=["task_id", "mark"])
+    skip = curr / "train_on_failures.parquet"
+    marks.with_columns(mark=pl.when(pl.col("mark") == "always").then(pl.lit("always")).otherwise(pl.lit("mixed"))
+                       ).write_parquet(skip)
+    print("failures", marks.filter(pl.col("mark") != "always").height, "of", marks.height, flush=True)
 t1 = time.time()
-cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tasks=str(curr / "per_task.parquet"),
+cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tasks=str(skip),
                   limit=ct, max_steps=steps, batch_size=8 * prompts, micro_batch=8, learning_rate=lr,
                   num_generations=8, loss_type="dapo", refill=2, max_completion_length=96, eval_limit=200,
-                  eval_interval=max(1, steps // 4), validation=32, save_steps=max(1, steps // 4), seed=0,
+                  eval_interval=max(1, steps // 4), validation=32, save_steps=max(1, steps // 4),
+                  seed=int(os.environ.get("GX_SEED", "0")),
+                  rollout_backend=os.environ.get("GX_ROLLOUT", "transformers"),
                   temperature=temp, reward=os.environ.get("GX_REWARD", "success"),
                   beta=float(os.environ.get("GX_BETA", "0")), replay_weight=float(os.environ.get("GX_REPLAY", "0")),
                   replay_rows=int(os.environ.get("GX_REPLAY_ROWS", "16")))

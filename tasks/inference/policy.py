@@ -31,6 +31,9 @@ from flywheel.tasks.inference.vllm_worker import VLLMWorker, vllm_python
 
 _LOADED: dict[tuple[Any, ...], Any] = {}
 AUTO_VLLM_MIN_ROLLOUTS = 100  # "auto" takes vLLM from here on (bench/RESULTS.md, "vLLM with LoRA adapters")
+# agent episodes: 32 took 126 s in lockstep on transformers, 11.5 s on vLLM after a 20-25 s warm start
+# (bench/RESULTS.md, "Agent episodes on vLLM"), so the engine pays for itself from a few episodes on
+AUTO_VLLM_MIN_EPISODES = 16
 
 
 def vllm_available() -> bool:
@@ -45,12 +48,13 @@ def check_vllm_rollouts(option: str) -> None:
                          "FLYWHEEL_VLLM_PYTHON), or drop the option")
 
 
-def pick_backend(kind: str, rollouts: int) -> str:
-    """``auto``: vLLM where it wins (installed, and at least ``AUTO_VLLM_MIN_ROLLOUTS`` rollouts to amortise its
-    start), else transformers; any other name is kept."""
+def pick_backend(kind: str, rollouts: int, episodes: bool = False) -> str:
+    """``auto``: vLLM where it wins (installed, and at least ``AUTO_VLLM_MIN_ROLLOUTS`` rollouts, or
+    ``AUTO_VLLM_MIN_EPISODES`` agent episodes, to amortise its start), else transformers; any other name is kept."""
     if kind != "auto":
         return kind
-    return "vllm" if rollouts >= AUTO_VLLM_MIN_ROLLOUTS and vllm_available() else "transformers"
+    enough = rollouts >= (AUTO_VLLM_MIN_EPISODES if episodes else AUTO_VLLM_MIN_ROLLOUTS)
+    return "vllm" if enough and vllm_available() else "transformers"
 
 
 def make_backend(kind: str, model: str | None, base_url: str | None = None, *, batch_size: int = 8,

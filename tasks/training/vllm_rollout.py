@@ -16,7 +16,10 @@ Contract:
   ids up to and including the end-of-sequence token). ``sync(step)`` sends the merged weights once per optimizer
   step, through a private temporary safetensors file (in /dev/shm when there is one), and the engine drops its
   prefix cache.
-  Completion ``i`` of a call is sampled with seed ``H(call seed, i)``.
+  Completion ``i`` of a call is sampled with seed ``H(call seed, i)``: the same call gives the same samples from
+  the same engine state, which a sync resets (weights and an empty prefix cache), so a GRPO step's samples are
+  reproducible, a resumed run's too. The same call twice in a row may not be: the second reads the prefix the first
+  cached, computed in other shapes, and a bf16 rounding can flip a sample.
 - vLLM runs in bf16 on CPUs with native bf16 (the trainer in fp32): the sampled tokens come from a policy a rounding
   away from the one trained; TRL recomputes the log-probs in its own forward pass, so the loss is on the trained
   policy's numbers (measured in bench/RESULTS.md, "GRPO rollouts on vLLM").

@@ -103,7 +103,7 @@ def test_an_envs_run_defaults_replace_the_tool_call_sizes_and_given_options_win(
     assert result.exit_code == 1 and "n" in result.output and "20" in result.output
 
 
-def test_auto_rollouts_take_vllm_only_for_long_single_turn_grpo_where_it_is_installed(tmp_path, monkeypatch) -> None:
+def test_auto_rollouts_take_vllm_only_for_long_grpo_runs_where_it_is_installed(tmp_path, monkeypatch) -> None:
     import importlib.util
 
     from flywheel.flows.config import RunConfig
@@ -114,7 +114,7 @@ def test_auto_rollouts_take_vllm_only_for_long_single_turn_grpo_where_it_is_inst
     auto = {"grpo_rollout_backend": "auto"}
     assert RunConfig(profile="full", **auto).rollout_backend() == "vllm"  # 32 steps x 2 prompts x 8: 512 completions
     assert RunConfig(**auto).rollout_backend() == "transformers"  # the default run's few steps: the start loses
-    assert RunConfig(profile="full", env="workplace", **auto).rollout_backend() == "transformers"  # agent episodes
+    assert RunConfig(env="workplace", **auto).rollout_backend() == "vllm"  # 4 x 8 agent episodes: vLLM wins early
     assert RunConfig(profile="full").rollout_backend() == "transformers"  # the default until a full run checks it
     if importlib.util.find_spec("vllm") is None:  # vLLM lives in .venv-vllm, not here
         monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing"))

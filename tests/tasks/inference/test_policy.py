@@ -8,7 +8,14 @@ import importlib.util
 import pytest
 
 from conftest import lora_adapter
-from flywheel.tasks.inference.policy import AUTO_VLLM_MIN_ROLLOUTS, Request, Sampling, make_backend, pick_backend
+from flywheel.tasks.inference.policy import (
+    AUTO_VLLM_MIN_EPISODES,
+    AUTO_VLLM_MIN_ROLLOUTS,
+    Request,
+    Sampling,
+    make_backend,
+    pick_backend,
+)
 
 
 def test_auto_takes_vllm_only_when_installed_and_the_eval_is_long_enough(tmp_path, monkeypatch) -> None:
@@ -19,6 +26,8 @@ def test_auto_takes_vllm_only_when_installed_and_the_eval_is_long_enough(tmp_pat
     python.write_text("")
     assert pick_backend("auto", AUTO_VLLM_MIN_ROLLOUTS) == "vllm"
     assert pick_backend("auto", AUTO_VLLM_MIN_ROLLOUTS - 1) == "transformers", "too few rollouts for its start"
+    assert pick_backend("auto", AUTO_VLLM_MIN_EPISODES, episodes=True) == "vllm", "episodes gain more per rollout"
+    assert pick_backend("auto", AUTO_VLLM_MIN_EPISODES - 1, episodes=True) == "transformers"
     for kind in ("transformers", "vllm", "openai"):
         assert pick_backend(kind, 1) == kind, "a backend named by the user is kept"
 

@@ -100,8 +100,9 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
 @pytest.mark.vllm
 def test_agent_episodes_roll_out_on_vllm_seeded_and_train(workplace_dataset, tmp_path) -> None:
     """Multi-turn GRPO on vLLM: the episodes of a lockstep batch are sampled on the engine (each step's context as
-    token ids), the same seed gives the same episodes, each episode's first reply is the engine's sample for its row,
-    and a GRPO run on workplace trains on them and logs the episodes' counts."""
+    token ids), the same seed gives the same episodes from the same engine state (a sync: new weights, empty prefix
+    cache), each episode's first reply is the engine's sample for its row, and a GRPO run on workplace trains on them
+    and logs the episodes' counts."""
     from flywheel.tasks.inference.hf import HFChatModel
     from flywheel.tasks.inference.protocol import batch_seed
     from flywheel.tasks.training.episodes import agent_prompt, token_episodes
@@ -113,8 +114,13 @@ def test_agent_episodes_roll_out_on_vllm_seeded_and_train(workplace_dataset, tmp
     tasks = _tasks(workplace_dataset, 3)
     policy = VLLMPolicy(HFChatModel.wrap(model, tokenizer, Path("training")), model, adapter_base(adapter))
     try:
+        runs = []
+        for _ in range(2):
+            policy.synced = None  # as after an optimizer step: weights sent, prefix cache dropped
+            policy.sync(0)
+            runs.append(token_episodes(policy, tasks, 7, 1.0, 1.0, 24, 3))
+        policy.synced = None
         policy.sync(0)
-        runs = [token_episodes(policy, tasks, 7, 1.0, 1.0, 24, 3) for _ in range(2)]
         first = policy.generate_ids(policy.encode([agent_prompt(t) for t in tasks]), batch_seed([7, 1]), 1.0, 1.0, 24)
     finally:
         policy.close()
