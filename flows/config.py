@@ -182,6 +182,10 @@ class RunConfig(BaseModel):
                                     "from and train only on those with mixed outcomes (0: off).")
     curriculum_tasks: int = Field(default=12, ge=1, le=MAX_ROWS, description="Train tasks the curriculum samples "
                                   "(the first N by id; GRPO trains on their mixed ones).")
+    curriculum: Literal["mixed", "failures"] = Field(
+        default="mixed", description="mixed: GRPO trains on the tasks solved in some of --curriculum-samples samples "
+        "at temperature 1, not all | failures: on those the start policy's greedy answer gets wrong (one greedy "
+        "answer per task, so --curriculum-tasks can cover the whole train split; flat groups are redrawn among them).")
     validation_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
                                   "last N by id, at most a quarter of train) for checks every half of --grpo-steps; "
                                   "the best checkpoint on them is kept, never chosen on the gate's held-out tasks "

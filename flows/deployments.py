@@ -45,7 +45,7 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
                    grpo_steps: int | None = None, num_generations: int = 8, max_tokens: int = 96,
                    refill: int = 2, grpo_reward: str | None = None, grpo_replay: float | None = None,
                    curriculum_samples: int = 4,
-                   curriculum_tasks: int | None = None,
+                   curriculum_tasks: int | None = None, curriculum: str = "mixed",
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None,
                    dask_address: str | None = None, eval_backend: str = "auto",
@@ -56,6 +56,7 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
              "capability_tasks": capability_tasks, "grpo_reward": grpo_reward, "grpo_replay": grpo_replay}
     config = RunConfig(out=out, seed=seed, env=env, profile=profile, num_generations=num_generations,
                        max_tokens=max_tokens, refill=refill, curriculum_samples=curriculum_samples,
+                       curriculum=curriculum,
                        train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
                        eval_backend=eval_backend, grpo_rollout_backend=grpo_rollout_backend,
                        **{k: v for k, v in given.items() if v is not None})

@@ -59,8 +59,9 @@ def _eval_of(stage: TrainResult) -> EvalSummary:
 
 def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str | None, int | None, str]:
     """Before GRPO: K samples of each of the first N train tasks with the policy GRPO starts from; GRPO trains on
-    the tasks with mixed outcomes only (the others give groups of equal rewards). Returns the per_task.parquet to
-    skip by, the train limit that covers exactly the sampled tasks, and what happened."""
+    the tasks with mixed outcomes only (the others give groups of equal rewards); ``--curriculum failures``: one
+    greedy answer to each, and GRPO trains on the tasks it gets wrong. Returns the per_task.parquet to skip by, the
+    train limit that covers exactly the sampled tasks, and what happened."""
     from flywheel.tasks.data.publish import read_manifest
 
     trainable = read_manifest(Path(dataset)).counts.get("train", 0) - validation_size(config, dataset)
@@ -69,19 +70,25 @@ def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str
         return None, config.train_limit, "curriculum off"
     import polars as pl
 
+    failures = config.curriculum == "failures"  # one greedy answer per task: GRPO trains on the wrong ones
     ev = eval_policy(EvalConfig(dataset=dataset, split="train", out=str(Path(config.out) / "curriculum"), model=model,
-                                samples=config.curriculum_samples, temperature=1.0, limit=limit, seed=config.seed,
+                                samples=1 if failures else config.curriculum_samples,
+                                temperature=0.0 if failures else 1.0, limit=limit, seed=config.seed,
                                 max_tokens=config.max_tokens, prefix_cache=config.prefix_cache,
                                 backend=config.eval_backend))
     per_task = str(Path(ev.report).parent / "per_task.parquet")
     marks = pl.read_parquet(per_task, columns=["mark"])["mark"].value_counts()
     counts = {m: n for m, n in marks.rows()}
-    mixed = counts.get("mixed", 0)
-    what = (f"{mixed} of {limit} train tasks mixed ({counts.get('always', 0)} always, {counts.get('never', 0)} never "
-            f"solved in {config.curriculum_samples} samples)")
-    if not mixed:
+    if failures:
+        kept = counts.get("never", 0)
+        what = f"{kept} of {limit} train tasks answered wrong by greedy decoding"
+    else:
+        kept = counts.get("mixed", 0)
+        what = (f"{kept} of {limit} train tasks mixed ({counts.get('always', 0)} always, {counts.get('never', 0)} "
+                f"never solved in {config.curriculum_samples} samples)")
+    if not kept:
         return None, config.train_limit, f"{what}: GRPO trains on every train task"
-    return per_task, limit, f"{what}: GRPO trains on the mixed ones"
+    return per_task, limit, f"{what}: GRPO trains on {'those' if failures else 'the mixed ones'}"
 
 
 def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
@@ -101,7 +108,8 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         validation=validation,  # SFT never trains on the slice either
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
                         prefix_cache=config.prefix_cache, lora_targets=config.lora_targets,
-                        rollout_backend="transformers" if sft else config.rollout_backend())
+                        rollout_backend="transformers" if sft else config.rollout_backend(),
+                        train_on="failures" if config.curriculum == "failures" else "mixed")
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
                                                               "registry": str(out / "registry"), "parent": parent},

@@ -11,6 +11,7 @@ from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_ap
 from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
 from flywheel.tasks.training.replay import REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP
+from flywheel.tasks.training.train import TRAIN_ON_HELP
 from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
 
 
@@ -23,6 +24,7 @@ def train(
                                          "default: the embedded model."),
     skip_tasks: Path = typer.Option(None, help="per_task.parquet of `flywheel eval --split train --samples K`: "
                                                "tasks always or never solved are left out."),
+    train_on: str = typer.Option("mixed", help=TRAIN_ON_HELP),
     limit: int = typer.Option(None, help="Train on the first N train tasks (ordered by id)."),
     max_steps: int = typer.Option(20, help="Optimizer steps."),
     batch_size: int = typer.Option(8, help="SFT: rows per step; GRPO: completions per step (a multiple of "
@@ -65,7 +67,8 @@ def train(
 
     try:
         config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
-                             skip_tasks=str(skip_tasks) if skip_tasks else None, max_steps=max_steps,
+                             skip_tasks=str(skip_tasks) if skip_tasks else None, train_on=train_on,
+                             max_steps=max_steps,
                              batch_size=batch_size, micro_batch=micro_batch, learning_rate=learning_rate,
                              lora_r=lora_r, lora_alpha=2 * lora_r,
                              lora_targets=lora_targets,
@@ -119,6 +122,7 @@ def run_(
     capability_tasks: int = option(RunConfig, "capability_tasks"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),
     curriculum_tasks: int = option(RunConfig, "curriculum_tasks"),
+    curriculum: str = option(RunConfig, "curriculum"),
     max_tokens: int = option(RunConfig, "max_tokens"),
     lora_targets: str = option(RunConfig, "lora_targets"),
     grpo_prompts: int = option(RunConfig, "grpo_prompts"),

@@ -58,8 +58,13 @@ def single_turn_envs() -> tuple[str, ...]:
     return tuple(n for n in env_names() if not get_env(n).multi_turn)
 
 
-def skip_ids(path: str) -> set[str]:
-    """Task ids an eval on the train split marked always or never solved (its per_task.parquet's ``mark``)."""
+TRAIN_ON_HELP = ("GRPO with --skip-tasks: train on the eval's mixed tasks (solved in some samples, not all), or on "
+                 "its failures (mixed and never solved; with a greedy eval, the tasks greedy decoding gets wrong).")
+
+
+def skip_ids(path: str, train_on: str = "mixed") -> set[str]:
+    """Task ids to leave out by an eval on the train split (its per_task.parquet's ``mark``): all but the mixed ones,
+    or, ``train_on="failures"``, the always solved ones."""
     import polars as pl
 
     try:
@@ -68,7 +73,8 @@ def skip_ids(path: str) -> set[str]:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"--skip-tasks {path} is not a per_task.parquet with task_id and mark columns ({first}); "
                          "pass the per_task.parquet of `flywheel eval --split train --samples K`") from None
-    return set(marks.filter(pl.col("mark") != "mixed")["task_id"].to_list())
+    kept = ["mixed", "never"] if train_on == "failures" else ["mixed"]
+    return set(marks.filter(~pl.col("mark").is_in(kept))["task_id"].to_list())
 
 
 LORA_TARGETS: dict[str, Any] = {"attention": ["q_proj", "k_proj", "v_proj", "o_proj"], "all-linear": "all-linear"}
@@ -84,6 +90,7 @@ class TrainConfig(BaseModel):
     method: Literal["sft", "grpo"] = "grpo"
     model: str | None = None  # base checkpoint, or an adapter to keep training (e.g. the SFT warm start)
     skip_tasks: str | None = None  # per_task.parquet of an eval on the train split: always/never solved are left out
+    train_on: Literal["mixed", "failures"] = Field(default="mixed", description=TRAIN_ON_HELP)
     validation: int = Field(default=0, ge=0, le=100_000)  # the last N train tasks: checks and checkpoint selection
     limit: int | None = Field(default=None, ge=1)  # the first N train tasks by id (before --skip-tasks)
     max_steps: int = Field(default=20, ge=1, le=1_000_000)
@@ -136,11 +143,13 @@ class TrainConfig(BaseModel):
         if self.skip_tasks:  # a corrupted file, or one that skips everything: this one line, not a training traceback
             from flywheel.tasks.data.publish import read_split
 
-            skip, ids = skip_ids(self.skip_tasks), read_split(Path(self.dataset), "train", ["id"])["id"].sort()
+            skip = skip_ids(self.skip_tasks, self.train_on)
+            ids = read_split(Path(self.dataset), "train", ["id"])["id"].sort()
             ids = ids.head(self.limit) if self.limit else ids
             if not set(ids) - skip:
+                marked = "always solved" if self.train_on == "failures" else "always or never solved"
                 raise ValueError(f"no train tasks left to train on: --skip-tasks {self.skip_tasks} marks all "
-                                 f"{len(ids)} train tasks always or never solved (check --skip-tasks and --limit)")
+                                 f"{len(ids)} train tasks {marked} (check --skip-tasks, --train-on and --limit)")
         if self.rollout_backend == "vllm":
             from flywheel.tasks.inference.policy import check_vllm_rollouts
 
@@ -178,7 +187,7 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
     if split == "train" and config.limit:  # the first N, then the skipped ones out: --skip-tasks of an eval with
         frame = frame.head(config.limit)  # the same --limit covers exactly these
     if split == "train" and config.skip_tasks:
-        frame = frame.filter(~pl.col("id").is_in(list(skip_ids(config.skip_tasks))))
+        frame = frame.filter(~pl.col("id").is_in(list(skip_ids(config.skip_tasks, config.train_on))))
     if split == "heldout":
         frame = frame.head(config.eval_limit)
     if frame.height == 0:

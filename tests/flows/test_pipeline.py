@@ -100,7 +100,7 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
            "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
            "--grpo-prompts", "2", "--max-tokens", "16", "--train-limit", "2", "--refill", "1",
-           "--curriculum-samples", "0", "--capability-tasks", "0", "--validation-tasks", "1"]
+           "--curriculum", "failures", "--curriculum-tasks", "2", "--capability-tasks", "0", "--validation-tasks", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
@@ -118,7 +118,14 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
     # two prompts a step, one group per forward/backward pass (gradient accumulation); at most one redraw each
     assert grpo[0]["groups"] == 2 and grpo[0]["groups_dropped"] <= 2
-    assert json.loads((out / "grpo" / "train_config.json").read_text())["micro_batch"] == 2
+    grpo_config = json.loads((out / "grpo" / "train_config.json").read_text())
+    assert grpo_config["micro_batch"] == 2
+    # the greedy curriculum: one answer per task (2 here), GRPO on the ones answered wrong
+    curriculum = pl.read_parquet(out / "curriculum" / "per_task.parquet")
+    wrong = int((curriculum["mark"] == "never").sum())
+    assert curriculum.height == 2 and summary["curriculum"].startswith(f"{wrong} of 2 train tasks answered wrong")
+    assert grpo_config["train_on"] == "failures"
+    assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if wrong else None)
     assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] in (0, 1)  # agent episodes
     reg = Registry(summary["registry"])
     assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}

@@ -230,6 +230,8 @@ def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
     garbage.write_bytes(b"PAR1" + os.urandom(100))
     every = tmp_path / "every.parquet"
     pl.DataFrame({"task_id": pl.read_parquet(tool / "train.parquet")["id"], "mark": "never"}).write_parquet(every)
+    solved = tmp_path / "solved.parquet"
+    pl.DataFrame({"task_id": pl.read_parquet(tool / "train.parquet")["id"], "mark": "always"}).write_parquet(solved)
     out = str(tmp_path / "o")
     cases = [(["train", "--dataset", str(workplace), "--out", out, "--batch-size", "3", "--num-generations", "2"],
               "error: GRPO needs --batch-size (completions per step, 3) to be a multiple of --num-generations (2): "
@@ -238,7 +240,12 @@ def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
               f"error: --skip-tasks {garbage} is not a per_task.parquet with task_id and mark columns ("),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(every)],
               f"error: no train tasks left to train on: --skip-tasks {every} marks all 4 train tasks always or never "
-              "solved (check --skip-tasks and --limit)"),
+              "solved (check --skip-tasks, --train-on and --limit)"),
+             (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(solved), "--train-on", "failures"],
+              f"error: no train tasks left to train on: --skip-tasks {solved} marks all 4 train tasks always solved "
+              "(check --skip-tasks, --train-on and --limit)"),
+             (["train", "--dataset", str(tool), "--out", out, "--train-on", "never"],
+              "error: --train-on: Input should be 'mixed' or 'failures'"),
              (["train", "--dataset", str(tool), "--out", out, "--learning-rate", "inf"],
               "error: --learning-rate: Input should be a finite number"),
              (["train", "--dataset", str(tool), "--out", out, "--max-steps", "100000000000"],

@@ -97,6 +97,13 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
         ids = pl.read_parquet(Path(dataset) / "train.parquet")["id"]
         pl.DataFrame({"task_id": ids, "mark": ["never"] * len(ids)}).write_parquet(per_task)
         load_tasks(TrainConfig(dataset=dataset, out=str(tmp_path), skip_tasks=str(per_task)), "train")
+    # --train-on failures keeps the never-solved tasks too (a greedy curriculum marks its failures "never")
+    marks = ["always", "never", "mixed"] * len(ids)
+    pl.DataFrame({"task_id": ids, "mark": marks[:len(ids)]}).write_parquet(per_task)
+    kept = {name: [t.id for t in load_tasks(TrainConfig(dataset=dataset, out=str(tmp_path), skip_tasks=str(per_task),
+                                                        train_on=name), "train")] for name in ("mixed", "failures")}
+    assert kept["mixed"] == sorted(i for i, m in zip(ids, marks) if m == "mixed")
+    assert kept["failures"] == sorted(i for i, m in zip(ids, marks) if m != "always")
 
 
 @pytest.mark.slow
