@@ -63,7 +63,8 @@ class VLLMBackend:
     name = "vllm"
     COMPILE_MODES = ("compiled", "eager")
 
-    def __init__(self, model_ref: str | None, gpu_memory_utilization: float | None = None) -> None:
+    def __init__(self, model_ref: str | None, gpu_memory_utilization: float | None = None,
+                 dtype: str | None = None) -> None:
         import os
 
         from flywheel.tasks.inference.models import cache_root, is_adapter, resolve_model
@@ -89,20 +90,21 @@ class VLLMBackend:
         if is_adapter(path):
             raise ValueError(f"{path} is a PEFT adapter: the vllm backend needs a merged checkpoint "
                              "(`flywheel registry export --merged`), or use --backend transformers")
-        dtype, scheduling = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto"), {}
+        dtype, scheduling = dtype or os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto"), {}
         if current_platform.is_cpu():
             # the engine core and its worker would be two more spawned processes, each importing torch and vLLM
             # (15-20 s of start-up) and the worker computing on one core; in process it uses all cores
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             # vLLM's "auto" casts fp32 checkpoints to bf16 on every CPU; without AVX512-BF16/AMX that is emulated
             # and 5x slower than fp32
-            dtype = os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto" if _cpu_has_bf16() else "float32")
+            dtype = dtype if dtype != "auto" else os.environ.get("FLYWHEEL_VLLM_DTYPE",
+                                                                  "auto" if _cpu_has_bf16() else "float32")
             # vLLM 0.32 rewinds a seeded request's generator when its prompt's prefill is split across steps (chunked
             # prefill), which a CPU generator cannot do: a sampled call whose prompts passed 4,096 tokens in all
             # failed ("CPU Generator does not use offset"). Whole prompts only, so the step budget holds the longest.
             scheduling = {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, _context(path))}
         if gpu_memory_utilization is None:  # on CPU: the fraction of RAM reserved, checked free at start-up
-            gpu_memory_utilization = _memory_fraction(os.environ.get("FLYWHEEL_VLLM_MEMORY", "0.3"))
+            gpu_memory_utilization = memory_fraction(os.environ.get("FLYWHEEL_VLLM_MEMORY", "0.3"))
         self.model_id, self.compile_mode, self.dtype = str(path), mode, dtype
         self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0, dtype=dtype,
                        enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
@@ -159,13 +161,13 @@ def _reload_weights(worker: Any, path: str) -> int:
     return len(tensors)
 
 
-def _memory_fraction(text: str) -> float:
+def memory_fraction(text: str, name: str = "FLYWHEEL_VLLM_MEMORY") -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0.0 < value <= 1.0:
-        raise ValueError(f"FLYWHEEL_VLLM_MEMORY={text!r}: the fraction of memory vLLM reserves (on CPU: of RAM) "
+        raise ValueError(f"{name}={text!r}: the fraction of memory vLLM reserves (on CPU: of RAM) "
                          "must be a number in (0, 1], e.g. 0.3")
     return value
 

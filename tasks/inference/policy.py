@@ -84,12 +84,13 @@ def make_backend(kind: str, model: str | None, base_url: str | None = None, *, b
     return _LOADED[key]
 
 
-def start_vllm(checkpoint: str, memory: float | None = None) -> Any:
+def start_vllm(checkpoint: str, memory: float | None = None, dtype: str | None = None) -> Any:
     """A vLLM engine on a checkpoint, in process when vLLM is importable, else in the .venv-vllm worker; ``memory``:
-    the fraction of memory its KV cache reserves (None: ``FLYWHEEL_VLLM_MEMORY``, default 0.3)."""
+    the fraction of memory its KV cache reserves (None: ``FLYWHEEL_VLLM_MEMORY``, default 0.3); ``dtype``: vLLM's
+    (None: ``FLYWHEEL_VLLM_DTYPE``, else bf16 where the CPU has it natively)."""
     if importlib.util.find_spec("vllm") is not None:
-        return VLLMBackend(checkpoint, gpu_memory_utilization=memory)
-    return VLLMWorker(checkpoint, memory=memory)
+        return VLLMBackend(checkpoint, gpu_memory_utilization=memory, dtype=dtype)
+    return VLLMWorker(checkpoint, memory=memory, dtype=dtype)
 
 
 class MergedAdapter:

@@ -39,7 +39,8 @@ def vllm_python() -> Path:
 class VLLMWorker:
     name = "vllm"
 
-    def __init__(self, checkpoint: str, start_timeout_s: float = 900.0, memory: float | None = None) -> None:
+    def __init__(self, checkpoint: str, start_timeout_s: float = 900.0, memory: float | None = None,
+                 dtype: str | None = None) -> None:
         python = vllm_python()
         if not python.exists():
             raise RuntimeError(f"backend 'vllm' needs vLLM: not importable here and {python} is missing; "
@@ -49,6 +50,8 @@ class VLLMWorker:
         env = {**os.environ, "VLLM_CONFIGURE_LOGGING": "1"}
         if memory is not None:  # read by VLLMBackend in the worker
             env["FLYWHEEL_VLLM_MEMORY"] = str(memory)
+        if dtype is not None:
+            env["FLYWHEEL_VLLM_DTYPE"] = dtype
         self.proc = subprocess.Popen([str(python), "-c", _BOOT, str(ROOT), checkpoint], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)

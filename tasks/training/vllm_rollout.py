@@ -39,7 +39,9 @@ ROLLOUT_HELP = ("GRPO: where the rollouts are sampled: transformers (in the trai
                 "(a vLLM engine that gets the policy's weights after every step; agent episodes too; needs "
                 ".venv-vllm).")
 # the rollout engine's KV reservation (fraction of RAM on CPU): a GRPO step's 16 sequences of ~300 tokens need a few
-# MB; with eval's 0.3 (7 GB here) reserved beside the trainer, its updates ran 15-70% slower (bench/RESULTS.md)
+# MB; with eval's 0.3 (7 GB here) beside the trainer, its updates ran 15-70% slower (bench/RESULTS.md). In fp32
+# (FLYWHEEL_VLLM_ROLLOUT_DTYPE=float32) vLLM's start-up profile of an 8,192-token step takes 1.6 GB of logits alone:
+# give it FLYWHEEL_VLLM_ROLLOUT_MEMORY=0.2 (FLYWHEEL_VLLM_MEMORY is evals')
 ROLLOUT_MEMORY = 0.1
 PREFIX = "base_model.model."  # PEFT's prefix on the wrapped model's module names
 
@@ -80,10 +82,15 @@ def _merged(model: Any) -> dict[str, Any]:
 
 class VLLMPolicy:
     def __init__(self, hf: Any, model: Any, checkpoint: Path) -> None:
+        from flywheel.tasks.inference.backends import memory_fraction
         from flywheel.tasks.inference.policy import start_vllm
 
         self.hf, self.model, self.tokenizer, self.synced = hf, model, hf.tokenizer, None
-        self.engine = start_vllm(str(checkpoint), None if "FLYWHEEL_VLLM_MEMORY" in os.environ else ROLLOUT_MEMORY)
+        memory = memory_fraction(os.environ.get("FLYWHEEL_VLLM_ROLLOUT_MEMORY", str(ROLLOUT_MEMORY)),
+                                 "FLYWHEEL_VLLM_ROLLOUT_MEMORY")
+        # bf16 where the CPU has it (vLLM's default): fp32 rollouts, which match the trainer's numbers, did not train
+        # better in a paired run and sampled 2x slower (bench/RESULTS.md, "GRPO on the greedy failures")
+        self.engine = start_vllm(str(checkpoint), memory, os.environ.get("FLYWHEEL_VLLM_ROLLOUT_DTYPE"))
 
     def encode(self, conversations: Sequence[Sequence[dict[str, str]]]) -> list[list[int]]:
         return self.hf.encode(conversations)

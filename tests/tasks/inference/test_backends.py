@@ -76,8 +76,10 @@ def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
 
 @pytest.mark.parametrize("text", ["0", "1.5", "-0.2", "half", "nan"])
 def test_a_bad_vllm_memory_fraction_is_one_clear_error(text) -> None:
-    from flywheel.tasks.inference.backends import _memory_fraction
+    from flywheel.tasks.inference.backends import memory_fraction
 
     with pytest.raises(ValueError, match=r"FLYWHEEL_VLLM_MEMORY=.* must be a number in \(0, 1\]"):
-        _memory_fraction(text)
-    assert _memory_fraction("0.25") == 0.25
+        memory_fraction(text)
+    with pytest.raises(ValueError, match=r"FLYWHEEL_VLLM_ROLLOUT_MEMORY=.* must be a number in \(0, 1\]"):
+        memory_fraction(text, "FLYWHEEL_VLLM_ROLLOUT_MEMORY")  # the GRPO rollout engine's own
+    assert memory_fraction("0.25") == 0.25
