@@ -71,8 +71,6 @@ class VerifierReward:
 def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, max_tokens: int,
                     threshold: float, temperature: float = 0.7, prefix_cache: bool = True,
                     max_steps: int = 1, prefix: str = "heldout") -> dict[str, float]:
-    import polars as pl
-
     from flywheel.tasks.evaluation.rollouts import rollout_seed, run_batch
     from flywheel.tasks.inference.hf import HFChatModel
     from flywheel.tasks.inference.policy import Sampling, TransformersBackend
@@ -83,13 +81,23 @@ def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, ma
         backend = TransformersBackend(None, batch_size=8, loaded=HFChatModel.wrap(model, tokenizer, Path("training"),
                                                                                    prefix_cache=prefix_cache))
         items = [(t, "", 0, rollout_seed(seed, t.id, 0)) for t in tasks]
-        rows = pl.DataFrame(run_batch(backend, items, Sampling(temperature, 0.95, max_tokens), threshold,
-                                          max_steps))
+        rows = run_batch(backend, items, Sampling(temperature, 0.95, max_tokens), threshold, max_steps)
     finally:
         model.train(was_training)
+    return check_rates(rows, prefix)
+
+
+def check_rates(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
+    """A check's rates from its rollout rows, read with the eval files' schema (inferred from the first 100 rows, a
+    failure first seen after them failed the check)."""
+    import polars as pl
+
+    from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA
+
+    frame = pl.DataFrame(rows, schema=ROLLOUT_SCHEMA)
 
     def rate(column: str) -> float:
-        return round(float(rows[column].cast(pl.Float64).mean() or 0.0), 4)
+        return round(float(frame[column].cast(pl.Float64).mean() or 0.0), 4)
 
     return {f"{prefix}_reward": rate("reward"), f"{prefix}_success": rate("success"),
             f"{prefix}_invalid_rate": round(1 - rate("valid_output"), 4), f"{prefix}_unsafe_rate": rate("unsafe")}

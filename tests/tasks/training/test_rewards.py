@@ -68,3 +68,23 @@ def test_the_trainers_reward_function_gives_the_training_reward(optional_arg_tas
     rows = [task.model_dump_json()] * 3
     assert VerifierReward("tool_call", 1.0, "success")(completions, rows) == [1.0, 0.0, -1.0]
     assert VerifierReward("tool_call", 1.0)(completions, rows)[1] >= 0.8  # the default stays the verifier's own
+
+
+def test_a_check_of_more_than_100_tasks_reads_a_failure_first_seen_after_the_100th(optional_arg_task) -> None:
+    """A 128-task validation slice whose first 100 answers were right crashed the check: polars inferred the rows'
+    schema from the first 100 (failure_class always None) and could not append the 101st's "format_error"."""
+    from flywheel.tasks.evaluation.metrics import outcome
+    from flywheel.tasks.evaluation.rollouts import _row
+    from flywheel.tasks.training.train_log import check_rates
+
+    task, arg = optional_arg_task
+    answers = ["full"] * 100 + ["malformed", "full"]
+    rows = []
+    for i, kind in enumerate(answers):
+        verdict = get_env("tool_call").verify(task, _answers(task, arg)[kind])
+        rows.append(_row(task, "", 0, i, "", verdict, 0.1, (1, 1), "stop", 1, outcome("tool_call", verdict, 1.0)))
+    assert rows[0]["failure_class"] is None and rows[100]["failure_class"] == "format_error"
+    with pytest.raises(pl.exceptions.ComputeError):  # what the check did before: the schema inferred
+        pl.DataFrame(rows)
+    rates = check_rates(rows, "val")
+    assert rates["val_success"] == round(101 / 102, 4) and rates["val_invalid_rate"] == round(1 / 102, 4)
