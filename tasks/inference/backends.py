@@ -110,6 +110,8 @@ class VLLMBackend:
                        enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
                        enforce_eager=mode == "eager", **scheduling)
         self.params = SamplingParams
+        # the served weights' dtype ("bfloat16", "float32"): GRPO's weight syncs are sent in it (half the bytes in bf16)
+        self.weight_dtype = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
 
     def close(self) -> None:
         import gc

@@ -3,7 +3,7 @@
 vLLM's CPU build needs its own torch/transformers set (docs/ARCHITECTURE.md, Models), so on this kind of
 machine it lives in .venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker
 holds one ``vllm.LLM`` (``backends.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
-Protocol: the worker prints ``READY`` once loaded; each request line is ``{"op": "generate", "requests": [...],
+Protocol: the worker prints ``READY <dtype>`` once loaded (the served weights' dtype, e.g. bfloat16); each request line is ``{"op": "generate", "requests": [...],
 "sampling": {...}}``, ``{"op": "generate_ids", "prompts": [[ids]], "seeds": [...], "sampling": {...}}`` (GRPO's
 rollouts) or ``{"op": "load_weights", "path": FILE}`` (the policy's new weights, a safetensors file), and each answer
 line ``{"result": ...}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
@@ -55,8 +55,10 @@ class VLLMWorker:
         self.proc = subprocess.Popen([str(python), "-c", _BOOT, str(ROOT), checkpoint], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
-        if self._line() != "READY":
+        ready = self._line().split()
+        if ready[:1] != ["READY"] or len(ready) != 2:
             raise RuntimeError(f"the vLLM worker did not start: {self._tail()}")
+        self.weight_dtype = ready[1]
 
     def _line(self) -> str:
         assert self.proc.stdout is not None
@@ -104,7 +106,7 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # vLLM's own prints must not mix with the protocol
     backend = VLLMBackend(sys.argv[1])
-    out.write("READY\n")
+    out.write(f"READY {backend.weight_dtype}\n")
     for line in sys.stdin:
         try:
             job = json.loads(line)

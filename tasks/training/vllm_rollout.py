@@ -6,7 +6,7 @@ torch (so it lives in .venv-vllm); server mode sends the weights over NCCL, whic
 ``VLLMClient.init_communicator`` refuses any other device).
 
 Contract:
-- ``merged_weights(model)``: for each LoRA layer of the trained PEFT model, its base weight plus the deltas of its
+- ``merged_weights(model, dtype)``: for each LoRA layer of the trained PEFT model, its base weight plus the deltas of its
   active adapters, under the base checkpoint's parameter names (with the base weights of the projections vLLM fuses
   with it); computed beside the model, which is not touched (no merge/unmerge round trip that could drift the
   frozen base).
@@ -14,8 +14,8 @@ Contract:
   episodes: each step's context as token ids, observations included) sample from, with ``HFChatModel``'s
   ``encode``/``generate_ids``/``tokenizer`` contract (the same chat template and tokenizer as evaluation; the new
   ids up to and including the end-of-sequence token). ``sync(step)`` sends the merged weights once per optimizer
-  step, through a private temporary safetensors file (in /dev/shm when there is one), and the engine drops its
-  prefix cache.
+  step, in the engine's dtype, through a private temporary safetensors file (in /dev/shm when there is one), and the
+  engine drops its prefix cache.
   Completion ``i`` of a call is sampled with seed ``H(call seed, i)``: the same call gives the same samples from
   the same engine state, which a sync resets (weights and an empty prefix cache), so a GRPO step's samples are
   reproducible, a resumed run's too. The same call twice in a row may not be: the second reads the prefix the first
@@ -51,14 +51,14 @@ PREFIX = "base_model.model."  # PEFT's prefix on the wrapped model's module name
 FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
-def merged_weights(model: Any) -> dict[str, Any]:
+def merged_weights(model: Any, dtype: str = "float32") -> dict[str, Any]:
     import torch
 
     with torch.no_grad():
-        return _merged(model)
+        return _merged(model, getattr(torch, dtype))
 
 
-def _merged(model: Any) -> dict[str, Any]:
+def _merged(model: Any, dtype: Any) -> dict[str, Any]:
     modules = dict(model.named_modules())
     out = {}
     for name, module in modules.items():
@@ -68,7 +68,7 @@ def _merged(model: Any) -> dict[str, Any]:
         for adapter in module.active_adapters:
             if adapter in module.lora_A and adapter not in module.merged_adapters:
                 weight = weight + module.get_delta_weight(adapter)
-        out[name.removeprefix(PREFIX) + ".weight"] = weight.float().contiguous().cpu()
+        out[name.removeprefix(PREFIX) + ".weight"] = weight.to(dtype).contiguous().cpu()
     if not out:
         raise ValueError("rollouts on vLLM need a LoRA-trained model: no LoRA layer found")
     for name in list(out):
@@ -76,7 +76,7 @@ def _merged(model: Any) -> dict[str, Any]:
         for sibling in next((group for group in FUSED if part in group), ()):
             key = f"{parent}.{sibling}.weight"
             if key not in out:  # not LoRA-trained: its base weight as it is
-                out[key] = modules[PREFIX + key.removesuffix(".weight")].weight.detach().float().contiguous().cpu()
+                out[key] = modules[PREFIX + key.removesuffix(".weight")].weight.detach().to(dtype).contiguous().cpu()
     return out
 
 
@@ -103,7 +103,8 @@ class VLLMPolicy:
         shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
         with tempfile.TemporaryDirectory(prefix="flywheel-weights-", dir=shm) as folder:
             path = os.path.join(folder, "weights.safetensors")
-            save_file(merged_weights(self.model), path)
+            # in the engine's dtype, which it would cast them to: the same values, half the bytes in bf16
+            save_file(merged_weights(self.model, self.engine.weight_dtype), path)
             self.engine.load_weights(path)
         self.synced = step
 

@@ -38,6 +38,10 @@ def test_merged_weights_are_the_exported_merge_and_leave_the_model_untouched(tmp
         torch.testing.assert_close(weight, merged[name], rtol=0, atol=1e-6)
         assert torch.equal(weight, base[name].float()) == name.endswith("k_proj.weight"), name
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items()), "the trained model was changed"
+    # sent in a bf16 engine's dtype: exactly what the engine's own cast of the fp32 weights gives, in half the bytes
+    halves = merged_weights(model, "bfloat16")
+    assert all(halves[k].dtype == torch.bfloat16 and torch.equal(halves[k], w.to(torch.bfloat16))
+               for k, w in weights.items())
     plain, _ = load_causal_lm(adapter_base(adapter))
     with pytest.raises(ValueError, match="no LoRA layer"):
         merged_weights(plain)
@@ -71,6 +75,7 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
     prompts = hf.encode([prompt(t) for t in _tasks(tool_dataset, 4)])
     policy = VLLMPolicy(hf, model, adapter_base(adapter))
     try:
+        assert policy.engine.weight_dtype in ("bfloat16", "float32")  # what the syncs are sent in
         before = policy.generate_ids(prompts, 0, temperature=0.0, max_new_tokens=24)
         policy.sync(0)
         served = policy.generate_ids(prompts, 0, temperature=0.0, max_new_tokens=24)
