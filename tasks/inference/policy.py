@@ -7,6 +7,7 @@ backends.py; vLLM runs in process when importable, else in the .venv-vllm worker
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -88,6 +89,9 @@ def start_vllm(checkpoint: str, memory: float | None = None, dtype: str | None =
     """A vLLM engine on a checkpoint, in process when vLLM is importable, else in the .venv-vllm worker; ``memory``:
     the fraction of memory its KV cache reserves (None: ``FLYWHEEL_VLLM_MEMORY``, default 0.3); ``dtype``: vLLM's
     (None: ``FLYWHEEL_VLLM_DTYPE``, else bf16 where the CPU has it natively)."""
+    from flywheel.tasks.inference.backends import ngram_tokens
+
+    ngram_tokens(os.environ.get("FLYWHEEL_VLLM_NGRAM", "0"))  # a bad value fails here, not in the worker's log
     if importlib.util.find_spec("vllm") is not None:
         return VLLMBackend(checkpoint, gpu_memory_utilization=memory, dtype=dtype)
     return VLLMWorker(checkpoint, memory=memory, dtype=dtype)

@@ -83,3 +83,12 @@ def test_a_bad_vllm_memory_fraction_is_one_clear_error(text) -> None:
     with pytest.raises(ValueError, match=r"FLYWHEEL_VLLM_ROLLOUT_MEMORY=.* must be a number in \(0, 1\]"):
         memory_fraction(text, "FLYWHEEL_VLLM_ROLLOUT_MEMORY")  # the GRPO rollout engine's own
     assert memory_fraction("0.25") == 0.25
+
+
+@pytest.mark.parametrize("text", ["-1", "9", "two", "1.5", ""])
+def test_a_bad_vllm_ngram_setting_is_one_clear_error(text) -> None:
+    from flywheel.tasks.inference.backends import ngram_tokens
+
+    with pytest.raises(ValueError, match=r"FLYWHEEL_VLLM_NGRAM=.*: give the number of speculative tokens, 0 \(off\)"):
+        ngram_tokens(text)
+    assert ngram_tokens("0") == 0 and ngram_tokens("4") == 4
