@@ -111,7 +111,7 @@ class VLLMBackend:
                        enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
                        enforce_eager=mode == "eager", **scheduling, **_speculative())
         self.params = SamplingParams
-        # the served weights' dtype ("bfloat16", "float32"): GRPO's weight syncs are sent in it (half the bytes in bf16)
+        # the served weights' dtype ("bfloat16", "float32"): GRPO's weight syncs are sent in it (half the bytes, bf16)
         self.weight_dtype = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
 
     def close(self) -> None:
@@ -167,7 +167,7 @@ def _reload_weights(worker: Any, path: str) -> int:
 def _speculative() -> dict[str, Any]:
     """``FLYWHEEL_VLLM_NGRAM=K`` (off by default): vLLM's n-gram speculation, K tokens proposed from the prompt's own
     n-grams and checked in one forward pass. A latency option: a lone 5-step agent episode 5.42 -> 3.21 s, but 48
-    greedy prompts in one call 5.1 -> 7.5 s, and greedy texts can differ in bf16 (bench/RESULTS.md)."""
+    greedy prompts in one call 5.5 -> 7.3 s, and greedy texts can differ in bf16 (bench/RESULTS.md)."""
     k = ngram_tokens(os.environ.get("FLYWHEEL_VLLM_NGRAM", "0"))
     return {"speculative_config": {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
                                    "prompt_lookup_min": 2}} if k else {}

@@ -3,11 +3,11 @@
 vLLM's CPU build needs its own torch/transformers set (docs/ARCHITECTURE.md, Models), so on this kind of
 machine it lives in .venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker
 holds one ``vllm.LLM`` (``backends.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
-Protocol: the worker prints ``READY <dtype>`` once loaded (the served weights' dtype, e.g. bfloat16); each request line is ``{"op": "generate", "requests": [...],
-"sampling": {...}}``, ``{"op": "generate_ids", "prompts": [[ids]], "seeds": [...], "sampling": {...}}`` (GRPO's
-rollouts) or ``{"op": "load_weights", "path": FILE}`` (the policy's new weights, a safetensors file), and each answer
-line ``{"result": ...}`` or ``{"error": "..."}``. Everything vLLM itself prints goes to
-stderr, which the parent keeps in a log file for error messages.
+Protocol: the worker prints ``READY <dtype>`` once loaded (the served weights' dtype, e.g. bfloat16); each request
+line is ``{"op": "generate", "requests": [...], "sampling": {...}}``, ``{"op": "generate_ids", "prompts": [[ids]],
+"seeds": [...], "sampling": {...}}`` (GRPO's rollouts) or ``{"op": "load_weights", "path": FILE}`` (the policy's new
+weights, a safetensors file), and each answer line ``{"result": ...}`` or ``{"error": "..."}``. Everything vLLM
+itself prints goes to stderr, which the parent keeps in a log file for error messages.
 """
 
 from __future__ import annotations

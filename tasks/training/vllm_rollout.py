@@ -6,8 +6,8 @@ torch (so it lives in .venv-vllm); server mode sends the weights over NCCL, whic
 ``VLLMClient.init_communicator`` refuses any other device).
 
 Contract:
-- ``merged_weights(model, dtype)``: for each LoRA layer of the trained PEFT model, its base weight plus the deltas of its
-  active adapters, under the base checkpoint's parameter names (with the base weights of the projections vLLM fuses
+- ``merged_weights(model, dtype)``: for each LoRA layer of the trained PEFT model, its base weight plus the deltas of
+  its active adapters, under the base checkpoint's parameter names (with the base weights of the projections vLLM fuses
   with it); computed beside the model, which is not touched (no merge/unmerge round trip that could drift the
   frozen base).
 - ``VLLMPolicy(hf, model, checkpoint)``: what ``rollout.make_rollout`` and ``episodes.make_episode_rollout`` (agent
