@@ -23,7 +23,8 @@ Contract:
   filtering calls a group flat when its training rewards are.
 - ``Rollouts`` is what every rollout function shares: the trained model wrapped once per model object, the seed path
   of each call and the seconds spent in rollouts per step (``take()``: ``rollout_s``, so a step's time splits into
-  rollout and update).
+  rollout and update); with rollouts on vLLM, ``check_engine(model, step)`` lends the synced engine to the periodic
+  checks (an eval's cost on vLLM instead of a transformers pass over the slice).
 """
 
 from __future__ import annotations
@@ -60,9 +61,16 @@ class Rollouts:
 
     def start(self, trainer: Any) -> tuple[Any, int, list[int]]:
         """The policy to sample from, the global step and this call's seed path [seed, step, call]."""
+        policy = self._policy(trainer.accelerator.unwrap_model(trainer.model))
+        step = trainer.state.global_step
+        self.calls[step] = self.calls.get(step, -1) + 1
+        if self.vllm_base is not None:
+            policy.sync(step)  # the weights of this step's policy, once per optimizer step
+        return policy, step, [self.seed, step, self.calls[step]]
+
+    def _policy(self, model: Any) -> Any:
         from flywheel.tasks.inference.hf import HFChatModel
 
-        model = trainer.accelerator.unwrap_model(trainer.model)
         if id(model) not in self.wrapped:  # one wrapper (and prefix store) per model object
             self.close()
             policy = HFChatModel.wrap(model, self.tokenizer, Path("training"), prefix_cache=self.prefix_cache)
@@ -71,11 +79,17 @@ class Rollouts:
 
                 policy = VLLMPolicy(policy, model, self.vllm_base)
             self.wrapped[id(model)] = policy
-        step = trainer.state.global_step
-        self.calls[step] = self.calls.get(step, -1) + 1
-        if self.vllm_base is not None:
-            self.wrapped[id(model)].sync(step)  # the weights of this step's policy, once per optimizer step
-        return self.wrapped[id(model)], step, [self.seed, step, self.calls[step]]
+        return self.wrapped[id(model)]
+
+    def check_engine(self, model: Any, step: int) -> Any:
+        """For the periodic checks: the vLLM engine serving ``model``'s weights at ``step`` (None when rollouts are
+        not on vLLM). The next rollout syncs again, so it starts from an empty prefix cache, as a resumed run does."""
+        if self.vllm_base is None:
+            return None
+        policy = self._policy(model)
+        policy.sync(step)
+        policy.synced = None
+        return policy.engine
 
     def close(self) -> None:
         """Stop a vLLM engine (it holds its KV cache's memory until then)."""

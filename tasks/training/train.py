@@ -348,17 +348,22 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     if best is not None:
         best.drop_after(int(resume.rsplit("-", 1)[-1]) if resume else 0)
 
-    def probe(m: Any) -> dict[str, float]:
-        if config.validation:  # greedy, as the gate's evals decode: the checkpoint chosen is the one they would rank
-            return heldout_metrics(m, tokenizer, checks, config.seed, config.max_completion_length,
-                                   config.success_threshold, temperature=0.0, prefix_cache=config.prefix_cache,
-                                   max_steps=AGENT_STEPS if get_env(checks[0].env).multi_turn else 1, prefix="val")
-        return heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length,
-                               config.success_threshold, prefix_cache=config.prefix_cache,
-                               max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1)
-
     vllm_base = (adapter_base(base) if is_adapter(base) else base) if config.rollout_backend == "vllm" else None
     rollout, *rollout_counters = _rollout(config, tokenizer, tasks, vllm_base)
+    lender = next((c for c in rollout_counters if hasattr(c, "check_engine")), None)
+
+    def probe(m: Any, step: int) -> dict[str, Any]:
+        engine = lender.check_engine(m, step) if lender else None  # rollouts on vLLM: the checks too (10x faster)
+        where = {"check_backend": "vllm" if engine is not None else "transformers"}
+        if config.validation:  # greedy, as the gate's evals decode: the checkpoint chosen is the one they would rank
+            return where | heldout_metrics(m, tokenizer, checks, config.seed, config.max_completion_length,
+                                           config.success_threshold, temperature=0.0, prefix_cache=config.prefix_cache,
+                                           max_steps=AGENT_STEPS if get_env(checks[0].env).multi_turn else 1,
+                                           prefix="val", engine=engine)
+        return where | heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length,
+                                       config.success_threshold, prefix_cache=config.prefix_cache,
+                                       max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1,
+                                       engine=engine)
     replay = None
     if config.method == "grpo" and config.replay_weight:  # every train task but the validation slice
         from flywheel.tasks.training.replay import Replay

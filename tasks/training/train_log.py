@@ -6,8 +6,8 @@ Contract:
   invalid outputs and unsafe actions of the completions it scored since the last ``take()``, with the flags of
   ``tasks.metrics.outcome`` (the ones ``flywheel eval`` reports).
 - ``heldout_metrics(model, tokenizer, tasks, ...)`` samples the model being trained on held-out (or validation)
-  tasks (one sample each, ``flywheel eval``'s rollout seeds) and returns reward, success, invalid-output and
-  unsafe-action rates, keyed ``PREFIX_*``.
+  tasks (one sample each, ``flywheel eval``'s rollout seeds; on ``engine``, the rollouts' vLLM engine, when given)
+  and returns reward, success, invalid-output and unsafe-action rates, keyed ``PREFIX_*``.
 - ``TrainLog`` is a ``transformers.TrainerCallback`` that appends one JSON line per optimizer step to a file:
   step, step time (for GRPO split into ``rollout_s``, generation and environment, and ``update_s``, the rest), the
   trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
@@ -70,17 +70,20 @@ class VerifierReward:
 
 def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, max_tokens: int,
                     threshold: float, temperature: float = 0.7, prefix_cache: bool = True,
-                    max_steps: int = 1, prefix: str = "heldout") -> dict[str, float]:
+                    max_steps: int = 1, prefix: str = "heldout", engine: Any = None) -> dict[str, float]:
     from flywheel.tasks.evaluation.rollouts import rollout_seed, run_batch
     from flywheel.tasks.inference.hf import HFChatModel
     from flywheel.tasks.inference.policy import Sampling, TransformersBackend
 
+    items = [(t, "", 0, rollout_seed(seed, t.id, 0)) for t in tasks]
+    if engine is not None:  # the rollouts' vLLM engine, synced to the model's weights
+        return check_rates(run_batch(engine, items, Sampling(temperature, 0.95, max_tokens), threshold, max_steps),
+                           prefix)
     was_training = model.training
     model.eval()
     try:
         backend = TransformersBackend(None, batch_size=8, loaded=HFChatModel.wrap(model, tokenizer, Path("training"),
                                                                                    prefix_cache=prefix_cache))
-        items = [(t, "", 0, rollout_seed(seed, t.id, 0)) for t in tasks]
         rows = run_batch(backend, items, Sampling(temperature, 0.95, max_tokens), threshold, max_steps)
     finally:
         model.train(was_training)
@@ -104,7 +107,7 @@ def check_rates(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
 
 
 class TrainLog(TrainerCallback):
-    def __init__(self, path: Path, heldout: Callable[[Any], dict[str, float]], interval: int,
+    def __init__(self, path: Path, heldout: Callable[[Any, int], dict[str, Any]], interval: int,
                  counters: Sequence[Any] = (), notify: Callable[[dict[str, Any]], None] | None = None,
                  best: Any = None) -> None:
         self.path, self.heldout, self.interval, self.notify, self.best = path, heldout, interval, notify, best
@@ -124,7 +127,7 @@ class TrainLog(TrainerCallback):
     def _check(self, step: int, model: Any) -> dict[str, Any]:
         """The held-out or validation metrics now; a validation check that beats the best so far saves the adapter."""
         t0 = time.perf_counter()
-        checks = self.heldout(model)
+        checks = self.heldout(model, step)
         row = checks | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}
         if self.best is not None and "val_success" in checks:  # checkpoint selection on the validation slice
             row["best"] = self.best.keep(step, checks, model)

@@ -128,6 +128,7 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     # them is the adapter
     assert [r["step"] for r in rows] == [0, 1, 2] and all("val_success" in r and "heldout_reward" not in r
                                                           for r in rows)
+    assert {r["check_backend"] for r in rows} == {"transformers"}  # rollouts in the trainer: so are the checks
     assert rows[0]["best"] is True and (tmp_path / "grpo" / "best.json").is_file() and "loss" not in rows[0]
     rows = rows[1:]
     best = json.loads((tmp_path / "grpo" / "best.json").read_text())["bests"][-1]["step"]

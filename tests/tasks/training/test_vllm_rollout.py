@@ -94,10 +94,13 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
     finally:
         engine.close()
     result = train(TrainConfig(dataset=tool_dataset, out=str(tmp_path / "grpo"), method="grpo", limit=4, max_steps=2,
-                               batch_size=4, num_generations=2, refill=0, eval_interval=0, eval_limit=1,
-                               max_completion_length=16, save_steps=100, rollout_backend="vllm"))
+                               batch_size=4, num_generations=2, refill=0, eval_interval=1, eval_limit=1,
+                               validation=3, max_completion_length=16, save_steps=100, rollout_backend="vllm"))
     steps = [r for r in result["history"] if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2] and all(r["rollout_s"] > 0 for r in steps)
+    # the validation checks ran on the rollouts' engine (synced to each check's weights), before the first step too
+    checks = [r for r in result["history"] if "val_success" in r]
+    assert [r["step"] for r in checks] == [0, 1, 2] and {r["check_backend"] for r in checks} == {"vllm"}
     assert (Path(result["adapter"]) / "adapter_model.safetensors").is_file()
 
 
