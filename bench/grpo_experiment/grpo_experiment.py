@@ -5,7 +5,7 @@ sft/eval and curriculum there to pair with them). GX_REWARD: success (default) o
 coefficient (default 0; above 0 it anchors on START_ADAPTER). GX_REPLAY: the SFT replay weight (default 0;
 GX_REPLAY_ROWS reference answers per step, default 16). GX_BACKEND: the evals' backend (default transformers,
 as the evals it pairs with were made; one backend for both sides of a pair). GX_SEED: GRPO's seed (default 0).
-GX_VALIDATION: validation tasks (default 32).
+GX_VALIDATION: validation tasks (default 32). GX_INTERVAL: steps between checks (default STEPS // 4).
 GX_ROLLOUT: GRPO's rollout backend (default transformers). GX_CURRICULUM=failures: instead of K samples of the first
 CURRIC_TASKS train tasks, one greedy answer to each of them, and GRPO trains on those the start adapter fails (the
 decisions greedy decoding gets wrong; flat groups are redrawn among them)."""
@@ -54,7 +54,8 @@ t1 = time.time()
 cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tasks=str(skip),
                   limit=ct, max_steps=steps, batch_size=8 * prompts, micro_batch=8, learning_rate=lr,
                   num_generations=8, loss_type="dapo", refill=2, max_completion_length=96, eval_limit=200,
-                  eval_interval=max(1, steps // 4), validation=int(os.environ.get("GX_VALIDATION", "32")),
+                  eval_interval=int(os.environ.get("GX_INTERVAL", max(1, steps // 4))),
+                  validation=int(os.environ.get("GX_VALIDATION", "32")),
                   save_steps=max(1, steps // 4),
                   seed=int(os.environ.get("GX_SEED", "0")),
                   rollout_backend=os.environ.get("GX_ROLLOUT", "transformers"),
