@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]  # holds flows/, tasks/, ...: the che
 # .venv-vllm has no flywheel installed: the worker maps the flywheel namespace onto ROOT itself, then runs main()
 _BOOT = ("import runpy, sys, types; m = types.ModuleType('flywheel'); m.__path__ = [sys.argv.pop(1)]; "
          "sys.modules['flywheel'] = m; runpy.run_module('flywheel.tasks.inference.vllm_worker', run_name='__main__')")
+
+
+WEIGHT_DTYPES = ("bfloat16", "float16", "float32")  # what a READY line may name: weight syncs are cast to it
 
 
 def vllm_python() -> Path:
@@ -55,10 +59,17 @@ class VLLMWorker:
         self.proc = subprocess.Popen([str(python), "-c", _BOOT, str(ROOT), checkpoint], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
+        if not select.select([self.proc.stdout], [], [], start_timeout_s)[0]:  # nothing said: a stalled start
+            self._refuse(f"nothing within {start_timeout_s:.0f} s")
         ready = self._line().split()
-        if ready[:1] != ["READY"] or len(ready) != 2:
-            raise RuntimeError(f"the vLLM worker did not start: {self._tail()}")
+        if ready[:1] != ["READY"] or len(ready) != 2 or ready[1] not in WEIGHT_DTYPES:
+            self._refuse(f"it said {' '.join(ready)[:200]!r}, not 'READY <{'|'.join(WEIGHT_DTYPES)}>'")
         self.weight_dtype = ready[1]
+
+    def _refuse(self, why: str) -> None:
+        self.proc.kill()  # a worker that stalls or answers anything else is not one to keep running
+        self.proc.wait()
+        raise RuntimeError(f"the vLLM worker did not start: {why}; its log: {self._tail()}")
 
     def _line(self) -> str:
         assert self.proc.stdout is not None

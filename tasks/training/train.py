@@ -355,15 +355,12 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     def probe(m: Any, step: int) -> dict[str, Any]:
         engine = lender.check_engine(m, step) if lender else None  # rollouts on vLLM: the checks too (22x faster)
         where = {"check_backend": "vllm" if engine is not None else "transformers"}
-        if config.validation:  # greedy, as the gate's evals decode: the checkpoint chosen is the one they would rank
-            return where | heldout_metrics(m, tokenizer, checks, config.seed, config.max_completion_length,
-                                           config.success_threshold, temperature=0.0, prefix_cache=config.prefix_cache,
-                                           max_steps=AGENT_STEPS if get_env(checks[0].env).multi_turn else 1,
-                                           prefix="val", engine=engine)
-        return where | heldout_metrics(m, tokenizer, heldout, config.seed, config.max_completion_length,
+        # validation: greedy, as the gate's evals decode, so the checkpoint chosen is the one they would rank
+        sampling = {"temperature": 0.0, "prefix": "val"} if config.validation else {}
+        return where | heldout_metrics(m, tokenizer, checks, config.seed, config.max_completion_length,
                                        config.success_threshold, prefix_cache=config.prefix_cache,
-                                       max_steps=AGENT_STEPS if get_env(heldout[0].env).multi_turn else 1,
-                                       engine=engine)
+                                       max_steps=AGENT_STEPS if get_env(checks[0].env).multi_turn else 1,
+                                       engine=engine, **sampling)
     replay = None
     if config.method == "grpo" and config.replay_weight:  # every train task but the validation slice
         from flywheel.tasks.training.replay import Replay

@@ -76,15 +76,15 @@ def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, ma
     from flywheel.tasks.inference.policy import Sampling, TransformersBackend
 
     items = [(t, "", 0, rollout_seed(seed, t.id, 0)) for t in tasks]
+    sampling = Sampling(temperature, 0.95, max_tokens)
     if engine is not None:  # the rollouts' vLLM engine, synced to the model's weights
-        return check_rates(run_batch(engine, items, Sampling(temperature, 0.95, max_tokens), threshold, max_steps),
-                           prefix)
+        return check_rates(run_batch(engine, items, sampling, threshold, max_steps), prefix)
     was_training = model.training
     model.eval()
     try:
         backend = TransformersBackend(None, batch_size=8, loaded=HFChatModel.wrap(model, tokenizer, Path("training"),
                                                                                    prefix_cache=prefix_cache))
-        rows = run_batch(backend, items, Sampling(temperature, 0.95, max_tokens), threshold, max_steps)
+        rows = run_batch(backend, items, sampling, threshold, max_steps)
     finally:
         model.train(was_training)
     return check_rates(rows, prefix)

@@ -4,6 +4,7 @@ never reused for an adapter whose files changed."""
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -46,3 +47,35 @@ def test_an_adapter_rewritten_in_place_is_loaded_anew(tmp_path) -> None:
     second = make_backend("transformers", str(folder))
     assert second is not first and second.generate(ask, greedy)[0].text != before
 
+
+
+@pytest.mark.parametrize("said", ["hello", "READY", "READY int8", "READY bfloat16 extra"])
+def test_a_worker_that_does_not_say_ready_with_a_dtype_is_stopped_with_what_it_said(tmp_path, monkeypatch,
+                                                                                     said) -> None:
+    """The worker's first line names the dtype weight syncs are cast to; anything else stops it with a clear error."""
+    from flywheel.tasks.inference.vllm_worker import VLLMWorker
+
+    python = tmp_path / "python"  # stands in for .venv-vllm's interpreter: says one line, then waits
+    python.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\necho 'worker log line' >&2\necho '{said}'\n"
+                      "exec sleep 600\n")
+    python.chmod(0o755)
+    monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(python))
+    with pytest.raises(RuntimeError, match="did not start") as err:
+        VLLMWorker("/no/checkpoint", start_timeout_s=5)
+    assert repr(said) in str(err.value) and "bfloat16|float16|float32" in str(err.value)
+    assert "worker log line" in str(err.value), "the worker's log tail goes with the error"
+    with pytest.raises(ProcessLookupError):  # stopped, not left waiting on its stdin
+        os.kill(int((tmp_path / "pid").read_text()), 0)
+
+
+def test_a_worker_that_says_nothing_is_stopped_at_its_start_timeout(tmp_path, monkeypatch) -> None:
+    from flywheel.tasks.inference.vllm_worker import VLLMWorker
+
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\necho 'loading' >&2\nexec sleep 600\n")
+    python.chmod(0o755)
+    monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(python))
+    with pytest.raises(RuntimeError, match=r"did not start: nothing within 2 s; its log: loading"):
+        VLLMWorker("/no/checkpoint", start_timeout_s=2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((tmp_path / "pid").read_text()), 0)
