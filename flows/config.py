@@ -17,6 +17,7 @@ from flywheel.schemas import Thresholds
 from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.dedupe import MAX_NGRAM
 from flywheel.tasks.data.seeds import SEEDS_DIR
+from flywheel.tasks.training.replay import FOCUS_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
@@ -199,6 +200,7 @@ class RunConfig(BaseModel):
     grpo_replay: float = Field(default=0.0, ge=0.0, le=100.0, description="GRPO: weight of an SFT loss on reference "
                                "answers of every train task added to each update (0: none), so GRPO keeps what SFT "
                                "taught on the tasks the curriculum leaves out.")
+    grpo_replay_focus: Literal["all", "tools"] = Field(default="all", description=FOCUS_HELP)
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
@@ -234,6 +236,9 @@ class RunConfig(BaseModel):
         for env in (self.env, *self.capability_envs):
             if env not in env_names():
                 raise ValueError(f"--env {env!r} is not an env; choose one of {', '.join(env_names())}")
+        if self.grpo_replay_focus != "all" and not self.grpo_replay:
+            raise ValueError(f"--grpo-replay-focus {self.grpo_replay_focus} chooses what GRPO replays: give "
+                             "--grpo-replay above 0 too (or drop --grpo-replay-focus)")
         if self.grpo_rollout_backend == "vllm":
             from flywheel.tasks.inference.policy import check_vllm_rollouts
 

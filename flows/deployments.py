@@ -44,6 +44,7 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
                    n: int | None = None, eval_limit: int | None = None, sft_steps: int | None = None,
                    grpo_steps: int | None = None, num_generations: int = 8, max_tokens: int = 96,
                    refill: int = 2, grpo_reward: str | None = None, grpo_replay: float | None = None,
+                   grpo_replay_focus: str = "all",
                    curriculum_samples: int = 4,
                    curriculum_tasks: int | None = None, curriculum: str = "mixed",
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
@@ -59,5 +60,6 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str
                        curriculum=curriculum,
                        train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
                        eval_backend=eval_backend, grpo_rollout_backend=grpo_rollout_backend,
+                       grpo_replay_focus=grpo_replay_focus,
                        **{k: v for k, v in given.items() if v is not None})
     return run_pipeline.fn(config)

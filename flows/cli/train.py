@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, option, with_progress
 from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
-from flywheel.tasks.training.replay import REPLAY_HELP
+from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP
 from flywheel.tasks.training.train import TRAIN_ON_HELP
 from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
@@ -45,6 +45,7 @@ def train(
     reward: str = typer.Option("verifier", help=REWARD_HELP),
     replay_weight: float = typer.Option(0.0, help=REPLAY_HELP),
     replay_rows: int = typer.Option(16, help="GRPO replay: reference answers per step."),
+    replay_focus: str = typer.Option("all", help=FOCUS_HELP),
     rollout_backend: str = typer.Option("transformers", help=ROLLOUT_HELP),
     max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
     eval_interval: int = typer.Option(10, help="Held-out (or --validation) reward and success every N steps."),
@@ -74,6 +75,7 @@ def train(
                              lora_targets=lora_targets,
                              num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
                              reward=reward, replay_weight=replay_weight, replay_rows=replay_rows,
+                             replay_focus=replay_focus,
                              rollout_backend=rollout_backend, validation=validation,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
@@ -118,6 +120,7 @@ def run_(
     refill: int = option(RunConfig, "refill"),
     grpo_reward: str = option(RunConfig, "grpo_reward"),
     grpo_replay: float = option(RunConfig, "grpo_replay"),
+    grpo_replay_focus: str = option(RunConfig, "grpo_replay_focus"),
     validation_tasks: int = option(RunConfig, "validation_tasks"),
     capability_tasks: int = option(RunConfig, "capability_tasks"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),

@@ -16,6 +16,9 @@ Contract:
   (multi-turn: the gold episode's assistant turns, ``episodes.sft_row``); the LM head runs on those tokens only
   (``completion_nll``: the same value as the model's own loss). ``take()`` gives the step's mean as
   ``replay_nll``.
+- ``same_tools(pool, trained)``: the pool's tasks calling a tool the trained tasks call (``--replay-focus
+  tools``): GRPO on a few failures moves those tools' decisions both ways (trained to find a contact by ``name``, it
+  starts to use ``name`` for companies too); replaying those tools' other answers holds the other side.
 - ``replay_trainer(cls, replay)`` is TRL's GRPO trainer class with ``weight * nll / parts`` added to each pass's
   loss (TRL scales its own loss per accumulation pass the same way), so the step's gradient is GRPO's plus
   ``weight`` times the replay NLL's.
@@ -32,7 +35,20 @@ from flywheel.tasks.inference.protocol import batch_seed
 REPLAY_HELP = ("GRPO: weight of an SFT loss on reference answers added to every update (0: none); the answers are "
                "drawn per step from every train task, those --skip-tasks leaves out included, so GRPO's updates "
                "keep what SFT taught on the tasks GRPO does not train on.")
+FOCUS_HELP = ("GRPO replay: all (reference answers of every train task) | tools (only of the train tasks that call a "
+              "tool GRPO's own tasks call: the other answers of the decisions GRPO changes, e.g. a contact found by "
+              "company beside GRPO's tasks that find one by name).")
 REPLAY_STREAM = 7  # the replay draws' own seed stream, apart from the rollouts' (seed, step, call, ...)
+
+
+def same_tools(pool: list[Task], trained: list[Task]) -> list[Task]:
+    """The tasks of ``pool`` that call a tool one of ``trained`` calls (reference calls)."""
+    tools = {c.tool for t in trained for c in t.reference.calls}
+    chosen = [t for t in pool if tools & {c.tool for c in t.reference.calls}]
+    if not chosen:
+        raise ValueError("--replay-focus tools: no train task calls a tool GRPO's tasks call (an env without tool "
+                         "calls?); use --replay-focus all")
+    return chosen
 
 
 def encode(tokenizer: Any, task: Task) -> tuple[list[int], list[int]]:

@@ -42,7 +42,7 @@ from flywheel.schemas import Task
 from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.training.replay import REPLAY_HELP
+from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 from flywheel.tasks.training.rollout import prompt
 from flywheel.tasks.training.selection import Best
@@ -117,6 +117,7 @@ class TrainConfig(BaseModel):
     reward: RewardKind = Field(default="verifier", description=REWARD_HELP)
     replay_weight: float = Field(default=0.0, ge=0.0, le=100.0, description=REPLAY_HELP)
     replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
+    replay_focus: Literal["all", "tools"] = Field(default="all", description=FOCUS_HELP)
     rollout_backend: Literal["transformers", "vllm"] = Field(default="transformers", description=ROLLOUT_HELP)
 
     @model_validator(mode="after")
@@ -128,6 +129,9 @@ class TrainConfig(BaseModel):
         if self.method == "sft" and self.replay_weight:
             raise ValueError("--replay-weight applies to GRPO only (SFT already trains on every reference answer); "
                              "drop it or pass --method grpo")
+        if self.replay_focus != "all" and not self.replay_weight:
+            raise ValueError(f"--replay-focus {self.replay_focus} chooses what GRPO replays: give --replay-weight "
+                             "above 0 too (or drop --replay-focus)")
         if self.micro_batch is not None and self.batch_size % self.micro_batch:
             raise ValueError(f"--micro-batch ({self.micro_batch}) must divide --batch-size ({self.batch_size}): each "
                              "step accumulates the gradients of batch-size / micro-batch passes")
@@ -363,9 +367,11 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
                                        engine=engine, **sampling)
     replay = None
     if config.method == "grpo" and config.replay_weight:  # every train task but the validation slice
-        from flywheel.tasks.training.replay import Replay
+        from flywheel.tasks.training.replay import Replay, same_tools
 
         pool = load_tasks(config.model_copy(update={"skip_tasks": None, "limit": None}), "train")
+        if config.replay_focus == "tools":
+            pool = same_tools(pool, tasks)
         replay = Replay(tokenizer, pool, config.seed, config.replay_rows, config.replay_weight)
     counters = [reward, *rollout_counters, *([replay] if replay else [])] if config.method == "grpo" else []
     log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, counters, notify, best)

@@ -21,7 +21,8 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
-           "--curriculum-tasks", "4", "--capability-tasks", "2", "--grpo-replay", "0.5"]
+           "--curriculum-tasks", "4", "--capability-tasks", "2", "--grpo-replay", "0.5",
+           "--grpo-replay-focus", "tools"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]
@@ -40,6 +41,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert sft_config["validation"] == grpo_config["validation"] > 0  # SFT never trains on GRPO's validation slice
     assert grpo_config["reward"] == "success"  # the loop trains on what the gate counts (RunConfig.grpo_reward)
     assert grpo_config["replay_weight"] == 0.5 and sft_config["replay_weight"] == 0  # GRPO replays SFT's answers
+    assert grpo_config["replay_focus"] == "tools"  # of the tasks calling the tools GRPO's tasks call
     assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if mixed else None)
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"]
     keys = []

@@ -81,6 +81,8 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
              (["--method", "sft", "--replay-weight", "1"], "--replay-weight applies to GRPO only"),
              (["--replay-weight", "-1"], "--replay-weight"),
              (["--replay-rows", "0"], "--replay-rows"),
+             (["--replay-focus", "tool"], "--replay-focus: Input should be 'all' or 'tools'"),
+             (["--replay-focus", "tools"], "give --replay-weight above 0 too"),
              (["--skip-tasks", str(tmp_path / "nope.parquet")], "flywheel eval --split train"),
              (["--model", str(tmp_path)], str(tmp_path))]
     for extra, needle in cases:
@@ -314,3 +316,19 @@ def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(datas
         nll = [float(Replay(tokenizer, unseen, seed=0, rows=len(unseen), weight=1.0).nll(m.eval(), 0, 1))
                for m in (base, tuned)]
     assert nll[1] < nll[0] - 0.1, nll
+
+
+def test_replay_focused_on_tools_replays_only_tasks_calling_a_tool_grpo_trains_on(dataset) -> None:
+    from flywheel.tasks.training.replay import same_tools
+
+    pool = _tasks(dataset, 200)
+    tools = lambda t: {c.tool for c in t.reference.calls}  # noqa: E731
+    trained = pool[:2]
+    focused = same_tools(pool, trained)
+    wanted = set().union(*map(tools, trained))
+    assert focused and all(tools(t) & wanted for t in focused), "only tasks calling a tool GRPO's tasks call"
+    assert {t.id for t in pool if tools(t) & wanted} == {t.id for t in focused}, "and every such task"
+    assert len(focused) < len(pool), "the fixture's pool has other tools: the focus must drop them"
+    no_calls = [t.model_copy(update={"reference": t.reference.model_copy(update={"calls": ()})}) for t in trained]
+    with pytest.raises(ValueError, match="--replay-focus tools: no train task calls a tool"):
+        same_tools(pool, no_calls)
