@@ -103,7 +103,7 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
                         reward=config.grpo_reward, replay_weight=0.0 if sft else config.grpo_replay,
-                        replay_focus=config.grpo_replay_focus,
+                        replay_focus="all" if sft else config.grpo_replay_focus,
                         max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
                         eval_interval=0 if sft or not validation else max(1, config.grpo_steps // 2),
                         validation=validation,  # SFT never trains on the slice either

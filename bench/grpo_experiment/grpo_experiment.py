@@ -8,7 +8,8 @@ GX_REPLAY_ROWS reference answers per step, default 16; GX_REPLAY_FOCUS all or to
 seed (default 0). GX_VALIDATION: validation tasks (default 32). GX_INTERVAL: steps between checks (default STEPS //
 4). GX_ROLLOUT: GRPO's rollout backend (default transformers). GX_CURRICULUM=failures: instead of K samples of the
 first CURRIC_TASKS train tasks, one greedy answer to each of them, and GRPO trains on those the start adapter fails
-(the decisions greedy decoding gets wrong; flat groups are redrawn among them)."""
+(the decisions greedy decoding gets wrong; flat groups are redrawn among them); GX_CURRICULUM=both: those and the
+tasks mixed in 4 samples at temperature 1."""
 import json
 import os
 import sys
@@ -35,21 +36,29 @@ t0 = time.time()
 if not (base / "report.json").exists():
     eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, seed=0, max_tokens=96, temperature=0.0,
                            backend=BACKEND))
-FAILURES = os.environ.get("GX_CURRICULUM") == "failures"
+BOTH = os.environ.get("GX_CURRICULUM") == "both"  # the greedy failures and the mixed tasks at temperature 1
+FAILURES = os.environ.get("GX_CURRICULUM") == "failures" or BOTH
+mixed = curr
 if FAILURES:
     curr = ROOT / f"fail_{tag}_{ct}"
-if not (curr / "per_task.parquet").exists():
-    eval_policy(EvalConfig(dataset=DS, split="train", out=str(curr), model=start, samples=1 if FAILURES else 4,
-                           temperature=0.0 if FAILURES else 1.0, limit=ct, seed=0, max_tokens=96, backend=BACKEND))
+for folder, greedy in ((curr, FAILURES), *(((mixed, False),) if BOTH else ())):
+    if not (folder / "per_task.parquet").exists():
+        eval_policy(EvalConfig(dataset=DS, split="train", out=str(folder), model=start, samples=1 if greedy else 4,
+                               temperature=0.0 if greedy else 1.0, limit=ct, seed=0, max_tokens=96, backend=BACKEND))
 skip = curr / "per_task.parquet"
 if FAILURES:  # train on the greedy failures: mark them "mixed" (kept), the solved ones "always" (skipped)
     import polars as pl
 
     marks = pl.read_parquet(skip, columns=["task_id", "mark"])
-    skip = curr / "train_on_failures.parquet"
+    if BOTH:  # a task kept by either: failed greedily, or mixed at temperature 1
+        sampled = pl.read_parquet(mixed / "per_task.parquet", columns=["task_id", "mark"]).rename({"mark": "sampled"})
+        marks = marks.join(sampled, on="task_id").with_columns(
+            mark=pl.when((pl.col("mark") == "always") & (pl.col("sampled") != "mixed")).then(pl.lit("always"))
+            .otherwise(pl.lit("mixed"))).select("task_id", "mark")
+    skip = curr / ("train_on_both.parquet" if BOTH else "train_on_failures.parquet")
     marks.with_columns(mark=pl.when(pl.col("mark") == "always").then(pl.lit("always")).otherwise(pl.lit("mixed"))
                        ).write_parquet(skip)
-    print("failures", marks.filter(pl.col("mark") != "always").height, "of", marks.height, flush=True)
+    print("trained on", marks.filter(pl.col("mark") != "always").height, "of", marks.height, flush=True)
 t1 = time.time()
 cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tasks=str(skip),
                   limit=ct, max_steps=steps, batch_size=8 * prompts, micro_batch=8, learning_rate=lr,

@@ -229,7 +229,9 @@ def _save_adapter(trainer: Any, out: Path, best: Any = None) -> tuple[Path, int 
 def _claim(out: Path, config: TrainConfig) -> None:
     """OUT belongs to one config: resuming checkpoints of another run would silently mix two trainings."""
     saved, mine = out / "train_config.json", config.model_dump(mode="json")
-    if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) != mine:
+    # an option added since the run was saved reads as its default: the same run, resumable after an upgrade
+    added = {k: v for k, v in mine.items() if v == TrainConfig.model_fields[k].default}
+    if saved.is_file() and {**added, **json.loads(saved.read_text(encoding="utf-8"))} != mine:
         raise ValueError(f"{out} holds a training run with other options; rerun with the same options to resume it, "
                          "or pass a new --out")
     write_text_atomic(saved, json.dumps(mine, indent=2) + "\n")

@@ -69,6 +69,13 @@ def test_an_out_folder_belongs_to_one_training_config(dataset, tmp_path) -> None
     _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))  # the same run: resume is fine
     with pytest.raises(ValueError, match="other options"):
         _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=5))
+    saved = json.loads((tmp_path / "train_config.json").read_text())
+    del saved["replay_focus"]  # saved before the option existed: it ran with what is now its default
+    (tmp_path / "train_config.json").write_text(json.dumps(saved))
+    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))
+    (tmp_path / "train_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "max_steps"}))
+    with pytest.raises(ValueError, match="other options"):  # a missing option whose value is not the default
+        _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))
 
 
 def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
