@@ -184,10 +184,11 @@ class RunConfig(BaseModel):
                                     "from and train only on those with mixed outcomes (0: off).")
     curriculum_tasks: int = Field(default=12, ge=1, le=MAX_ROWS, description="Train tasks the curriculum samples "
                                   "(the first N by id; GRPO trains on their mixed ones).")
-    curriculum: Literal["mixed", "failures"] = Field(
+    curriculum: Literal["mixed", "failures", "both"] = Field(
         default="mixed", description="mixed: GRPO trains on the tasks solved in some of --curriculum-samples samples "
         "at temperature 1, not all | failures: on those the start policy's greedy answer gets wrong (one greedy "
-        "answer per task, so --curriculum-tasks can cover the whole train split; flat groups are redrawn among them).")
+        "answer per task, so --curriculum-tasks can cover the whole train split; flat groups are redrawn among them) "
+        "| both: on the tasks either picks (both evals run).")
     validation_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
                                   "last N by id, at most a quarter of train) for checks every half of --grpo-steps; "
                                   "the best checkpoint on them is kept, never chosen on the gate's held-out tasks "
@@ -201,6 +202,10 @@ class RunConfig(BaseModel):
                                "answers of every train task added to each update (0: none), so GRPO keeps what SFT "
                                "taught on the tasks the curriculum leaves out.")
     grpo_replay_focus: Literal["all", "tools"] = Field(default="all", description=FOCUS_HELP)
+    grpo_replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
+    check_interval: int | None = Field(default=None, ge=1, le=100_000, description="GRPO: steps between checks on "
+                                       "the validation slice (default: half of --grpo-steps); on vLLM rollouts a "
+                                       "128-task check takes about 7 s here.")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")

@@ -60,41 +60,57 @@ def _eval_of(stage: TrainResult) -> EvalSummary:
 def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str | None, int | None, str]:
     """Before GRPO: K samples of each of the first N train tasks with the policy GRPO starts from; GRPO trains on
     the tasks with mixed outcomes only (the others give groups of equal rewards); ``--curriculum failures``: one
-    greedy answer to each, and GRPO trains on the tasks it gets wrong. Returns the per_task.parquet to skip by, the
-    train limit that covers exactly the sampled tasks, and what happened."""
+    greedy answer to each, and GRPO trains on the tasks it gets wrong; ``both``: on the tasks either picks. Returns
+    the per_task.parquet to skip by, the train limit that covers exactly the sampled tasks, and what happened."""
     from flywheel.tasks.data.publish import read_manifest
+    from flywheel.tasks.training.train import union_marks
 
     trainable = read_manifest(Path(dataset)).counts.get("train", 0) - validation_size(config, dataset)
     limit = max(1, min(config.curriculum_tasks, config.train_limit or config.curriculum_tasks, trainable))
     if not config.curriculum_samples:  # (never into the validation slice, the last train tasks by id)
         return None, config.train_limit, "curriculum off"
-    import polars as pl
-
-    failures = config.curriculum == "failures"  # one greedy answer per task: GRPO trains on the wrong ones
-    ev = eval_policy(EvalConfig(dataset=dataset, split="train", out=str(Path(config.out) / "curriculum"), model=model,
-                                samples=1 if failures else config.curriculum_samples,
-                                temperature=0.0 if failures else 1.0, limit=limit, seed=config.seed,
-                                max_tokens=config.max_tokens, prefix_cache=config.prefix_cache,
-                                backend=config.eval_backend))
-    per_task = str(Path(ev.report).parent / "per_task.parquet")
-    marks = pl.read_parquet(per_task, columns=["mark"])["mark"].value_counts()
-    counts = {m: n for m, n in marks.rows()}
-    if failures:
-        kept = counts.get("never", 0)
-        what = f"{kept} of {limit} train tasks answered wrong by greedy decoding"
-    else:
-        kept = counts.get("mixed", 0)
-        what = (f"{kept} of {limit} train tasks mixed ({counts.get('always', 0)} always, {counts.get('never', 0)} "
-                f"never solved in {config.curriculum_samples} samples)")
+    out = Path(config.out) / "curriculum"
+    greedy = _curriculum_eval(config, dataset, model, limit, out, True) if config.curriculum != "mixed" else None
+    sampled = (_curriculum_eval(config, dataset, model, limit, out.with_name("curriculum-sampled") if greedy else out,
+                                False) if config.curriculum != "failures" else None)
+    parts = [f"{_marks(greedy).get('never', 0)} of {limit} train tasks answered wrong by greedy decoding"] if greedy \
+        else []
+    if sampled:
+        c = _marks(sampled)
+        parts.append(f"{c.get('mixed', 0)} of {limit} train tasks mixed ({c.get('always', 0)} always, "
+                     f"{c.get('never', 0)} never solved in {config.curriculum_samples} samples)")
+    per_task = str(union_marks(greedy, sampled, out / "failures_and_mixed.parquet")) if greedy and sampled \
+        else greedy or sampled
+    marks = _marks(per_task)  # type: ignore[arg-type]
+    kept = marks.get("mixed", 0) + (marks.get("never", 0) if config.curriculum != "mixed" else 0)
+    what = "; ".join(parts)
     if not kept:
         return None, config.train_limit, f"{what}: GRPO trains on every train task"
-    return per_task, limit, f"{what}: GRPO trains on {'those' if failures else 'the mixed ones'}"
+    on = {"mixed": "the mixed ones", "failures": "those", "both": f"the {kept} in either"}[config.curriculum]
+    return per_task, limit, f"{what}: GRPO trains on {on}"
+
+
+def _curriculum_eval(config: RunConfig, dataset: str, model: str | None, limit: int, out: Path, greedy: bool) -> str:
+    """One greedy answer per task, or --curriculum-samples at temperature 1; the eval's per_task.parquet."""
+    ev = eval_policy(EvalConfig(dataset=dataset, split="train", out=str(out), model=model,
+                                samples=1 if greedy else config.curriculum_samples,
+                                temperature=0.0 if greedy else 1.0, limit=limit, seed=config.seed,
+                                max_tokens=config.max_tokens, prefix_cache=config.prefix_cache,
+                                backend=config.eval_backend))
+    return str(Path(ev.report).parent / "per_task.parquet")
+
+
+def _marks(per_task: str) -> dict[str, int]:
+    import polars as pl
+
+    return dict(pl.read_parquet(per_task, columns=["mark"])["mark"].value_counts().rows())
 
 
 def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
            parent: str | None, skip: tuple[str | None, int | None] = (None, None)) -> TrainResult:
     out = Path(config.out)
     sft, validation = method == "sft", validation_size(config, dataset)
+    checks = config.check_interval or max(1, config.grpo_steps // 2)  # GRPO's steps between validation checks
     train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, skip_tasks=skip[0],
                         limit=skip[1] if skip[0] else config.train_limit,
                         max_steps=config.sft_steps if sft else config.grpo_steps,
@@ -104,13 +120,14 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
                         reward=config.grpo_reward, replay_weight=0.0 if sft else config.grpo_replay,
                         replay_focus="all" if sft else config.grpo_replay_focus,
+                        replay_rows=config.grpo_replay_rows,
                         max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
-                        eval_interval=0 if sft or not validation else max(1, config.grpo_steps // 2),
+                        eval_interval=0 if sft or not validation else checks,
                         validation=validation,  # SFT never trains on the slice either
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
                         prefix_cache=config.prefix_cache, lora_targets=config.lora_targets,
                         rollout_backend="transformers" if sft else config.rollout_backend(),
-                        train_on="failures" if config.curriculum == "failures" else "mixed")
+                        train_on="mixed" if config.curriculum == "mixed" else "failures")
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
                                                               "registry": str(out / "registry"), "parent": parent},

@@ -121,6 +121,8 @@ def run_(
     grpo_reward: str = option(RunConfig, "grpo_reward"),
     grpo_replay: float = option(RunConfig, "grpo_replay"),
     grpo_replay_focus: str = option(RunConfig, "grpo_replay_focus"),
+    grpo_replay_rows: int = option(RunConfig, "grpo_replay_rows"),
+    check_interval: int = option(RunConfig, "check_interval"),
     validation_tasks: int = option(RunConfig, "validation_tasks"),
     capability_tasks: int = option(RunConfig, "capability_tasks"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),

@@ -77,6 +77,28 @@ def skip_ids(path: str, train_on: str = "mixed") -> set[str]:
     return set(marks.filter(~pl.col("mark").is_in(kept))["task_id"].to_list())
 
 
+def union_marks(greedy: str, sampled: str, out: Path) -> Path:
+    """``flywheel run --curriculum both``: one per_task file marking "mixed" each task a greedy eval got wrong or K
+    samples solved only some of the time, the others "always" (so both ``train_on`` values keep the same tasks)."""
+    import io
+
+    import polars as pl
+
+    from flywheel.tasks.files import write_bytes_atomic
+
+    first = pl.read_parquet(greedy, columns=["task_id", "mark"])
+    second = pl.read_parquet(sampled, columns=["task_id", "mark"]).rename({"mark": "sampled"})
+    if sorted(first["task_id"]) != sorted(second["task_id"]):
+        raise ValueError(f"{greedy} and {sampled} mark different tasks: the two curriculum evals must cover the same")
+    either = (pl.col("mark") == "never") | (pl.col("sampled") == "mixed")
+    marks = first.join(second, on="task_id").select(
+        "task_id", mark=pl.when(either).then(pl.lit("mixed")).otherwise(pl.lit("always"))).sort("task_id")
+    buffer = io.BytesIO()
+    marks.write_parquet(buffer)
+    write_bytes_atomic(out, buffer.getvalue())
+    return out
+
+
 LORA_TARGETS: dict[str, Any] = {"attention": ["q_proj", "k_proj", "v_proj", "o_proj"], "all-linear": "all-linear"}
 
 

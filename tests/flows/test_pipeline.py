@@ -22,7 +22,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
            "--curriculum-tasks", "4", "--capability-tasks", "2", "--grpo-replay", "0.5",
-           "--grpo-replay-focus", "tools"]
+           "--grpo-replay-focus", "tools", "--grpo-replay-rows", "3", "--check-interval", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]
@@ -42,6 +42,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert grpo_config["reward"] == "success"  # the loop trains on what the gate counts (RunConfig.grpo_reward)
     assert grpo_config["replay_weight"] == 0.5 and sft_config["replay_weight"] == 0  # GRPO replays SFT's answers
     assert grpo_config["replay_focus"] == "tools"  # of the tasks calling the tools GRPO's tasks call
+    assert grpo_config["replay_rows"] == 3 and grpo_config["eval_interval"] == 1
     assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if mixed else None)
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"]
     keys = []
@@ -102,7 +103,7 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
            "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
            "--grpo-prompts", "2", "--max-tokens", "16", "--train-limit", "2", "--refill", "1",
-           "--curriculum", "failures", "--curriculum-tasks", "2", "--capability-tasks", "0", "--validation-tasks", "1"]
+           "--curriculum", "both", "--curriculum-tasks", "2", "--capability-tasks", "0", "--validation-tasks", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
@@ -122,12 +123,17 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     assert grpo[0]["groups"] == 2 and grpo[0]["groups_dropped"] <= 2
     grpo_config = json.loads((out / "grpo" / "train_config.json").read_text())
     assert grpo_config["micro_batch"] == 2
-    # the greedy curriculum: one answer per task (2 here), GRPO on the ones answered wrong
+    # --curriculum both: one greedy answer per task (2 here) and 4 samples each; GRPO on the tasks either picks
     curriculum = pl.read_parquet(out / "curriculum" / "per_task.parquet")
-    wrong = int((curriculum["mark"] == "never").sum())
-    assert curriculum.height == 2 and summary["curriculum"].startswith(f"{wrong} of 2 train tasks answered wrong")
+    sampled = pl.read_parquet(out / "curriculum-sampled" / "per_task.parquet")
+    wrong = set(curriculum.filter(pl.col("mark") == "never")["task_id"])
+    either = wrong | set(sampled.filter(pl.col("mark") == "mixed")["task_id"])
+    assert curriculum.height == 2 and summary["curriculum"].startswith(f"{len(wrong)} of 2 train tasks answered wrong")
+    assert sampled.height == 2 and (sampled["samples"] == 4).all()
     assert grpo_config["train_on"] == "failures"
-    assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if wrong else None)
+    union = out / "curriculum" / "failures_and_mixed.parquet"
+    assert grpo_config["skip_tasks"] == (str(union) if either else None)
+    assert set(pl.read_parquet(union).filter(pl.col("mark") == "mixed")["task_id"]) == either
     assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] in (0, 1)  # agent episodes
     reg = Registry(summary["registry"])
     assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}

@@ -339,3 +339,25 @@ def test_replay_focused_on_tools_replays_only_tasks_calling_a_tool_grpo_trains_o
     no_calls = [t.model_copy(update={"reference": t.reference.model_copy(update={"calls": ()})}) for t in trained]
     with pytest.raises(ValueError, match="--replay-focus tools: no train task calls a tool"):
         same_tools(pool, no_calls)
+
+
+def test_curriculum_both_keeps_the_greedy_failures_and_the_sampled_mixed_tasks(tmp_path) -> None:
+    import polars as pl
+
+    from flywheel.tasks.training.train import skip_ids, union_marks
+
+    ids = ["a", "b", "c", "d", "e"]
+    pl.DataFrame({"task_id": ids, "mark": ["never", "always", "always", "never", "always"]}).write_parquet(
+        tmp_path / "greedy.parquet")
+    pl.DataFrame({"task_id": ids[::-1], "mark": ["never", "always", "mixed", "mixed", "always"]}).write_parquet(
+        tmp_path / "sampled.parquet")  # e, d, c, b, a
+    out = union_marks(str(tmp_path / "greedy.parquet"), str(tmp_path / "sampled.parquet"), tmp_path / "u.parquet")
+    marks = dict(pl.read_parquet(out).rows())
+    # a: wrong greedily; b: mixed in samples; c: mixed, d: both; e: never sampled right but greedy gets it: skipped
+    assert marks == {"a": "mixed", "b": "mixed", "c": "mixed", "d": "mixed", "e": "always"}
+    assert skip_ids(str(out), "mixed") == skip_ids(str(out), "failures") == {"e"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["greedy.parquet", "sampled.parquet", "u.parquet"]
+    pl.DataFrame({"task_id": ["a", "x"], "mark": ["never", "mixed"]}).write_parquet(tmp_path / "other.parquet")
+    with pytest.raises(ValueError, match="mark different tasks"):
+        union_marks(str(tmp_path / "greedy.parquet"), str(tmp_path / "other.parquet"), tmp_path / "u.parquet")
+    assert dict(pl.read_parquet(out).rows()) == marks, "a refused union leaves the earlier file as it was"
