@@ -49,12 +49,11 @@ skip = curr / "per_task.parquet"
 if FAILURES:  # train on the greedy failures: mark them "mixed" (kept), the solved ones "always" (skipped)
     import polars as pl
 
+    from flywheel.tasks.training.train import union_marks
+
+    if BOTH:  # a task kept by either: failed greedily, or mixed at temperature 1 (flywheel run --curriculum both)
+        skip = union_marks(str(skip), str(mixed / "per_task.parquet"), curr / "train_on_both.parquet")
     marks = pl.read_parquet(skip, columns=["task_id", "mark"])
-    if BOTH:  # a task kept by either: failed greedily, or mixed at temperature 1
-        sampled = pl.read_parquet(mixed / "per_task.parquet", columns=["task_id", "mark"]).rename({"mark": "sampled"})
-        marks = marks.join(sampled, on="task_id").with_columns(
-            mark=pl.when((pl.col("mark") == "always") & (pl.col("sampled") != "mixed")).then(pl.lit("always"))
-            .otherwise(pl.lit("mixed"))).select("task_id", "mark")
     skip = curr / ("train_on_both.parquet" if BOTH else "train_on_failures.parquet")
     marks.with_columns(mark=pl.when(pl.col("mark") == "always").then(pl.lit("always")).otherwise(pl.lit("mixed"))
                        ).write_parquet(skip)

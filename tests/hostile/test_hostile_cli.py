@@ -295,7 +295,13 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
              (["--grpo-replay", "inf"], "error: --grpo-replay: Input should be a finite number"),
              (["--eval-backend", "openai"], "error: --eval-backend: Input should be 'auto', 'transformers' or 'vllm'"),
              (["--grpo-rollout-backend", "openai"], "error: --grpo-rollout-backend: Input should be 'auto', "
-                                                    "'transformers' or 'vllm'")]
+                                                    "'transformers' or 'vllm'"),
+             (["--curriculum", "all"], "error: --curriculum: Input should be 'mixed', 'failures' or 'both'"),
+             (["--grpo-replay-focus", "tool"], "error: --grpo-replay-focus: Input should be 'all' or 'tools'"),
+             (["--grpo-replay-focus", "tools"], "error: --grpo-replay-focus tools chooses what GRPO replays: give "
+                                                "--grpo-replay above 0 too (or drop --grpo-replay-focus)"),
+             (["--grpo-replay-rows", "0"], "error: --grpo-replay-rows: Input should be greater than or equal to 1"),
+             (["--check-interval", "0"], "error: --check-interval: Input should be greater than or equal to 1")]
     for args, message in cases:
         code, output = _invoke("run", "--out", str(tmp_path / "o"), *args)
         assert code == 1 and _one_error(output) == message, (args, output)
