@@ -42,24 +42,29 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 @flow(name="flywheel-run", persist_result=True)
 def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str = "default",
                    n: int | None = None, eval_limit: int | None = None, sft_steps: int | None = None,
-                   grpo_steps: int | None = None, num_generations: int = 8, max_tokens: int = 96,
-                   refill: int = 2, grpo_reward: str | None = None, grpo_replay: float | None = None,
-                   grpo_replay_focus: str = "all",
-                   curriculum_samples: int = 4,
-                   curriculum_tasks: int | None = None, curriculum: str = "mixed",
+                   sft_batch_size: int | None = None, sft_learning_rate: float | None = None,
+                   grpo_steps: int | None = None, grpo_prompts: int | None = None,
+                   grpo_learning_rate: float | None = None, num_generations: int = 8, max_tokens: int = 96,
+                   lora_targets: str | None = None, refill: int = 2, grpo_reward: str | None = None,
+                   grpo_replay: float | None = None, grpo_replay_focus: str = "all",
+                   grpo_replay_rows: int | None = None, check_interval: int | None = None,
+                   curriculum_samples: int = 4, curriculum_tasks: int | None = None, curriculum: str = "mixed",
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None,
-                   dask_address: str | None = None, eval_backend: str = "auto",
+                   dask_address: str | None = None, prefix_cache: bool = True, eval_backend: str = "auto",
                    grpo_rollout_backend: str = "transformers") -> RunSummary:
-    """None: the --profile preset's value, else RunConfig's default (as `flywheel run` does with options not given)."""
-    given = {"n": n, "eval_limit": eval_limit, "sft_steps": sft_steps, "grpo_steps": grpo_steps,
+    """Every `flywheel run` option (a test holds them equal). None: the --profile preset's value, then the env's,
+    then RunConfig's default (as `flywheel run` does with options not given)."""
+    given = {"n": n, "eval_limit": eval_limit, "sft_steps": sft_steps, "sft_batch_size": sft_batch_size,
+             "sft_learning_rate": sft_learning_rate, "grpo_steps": grpo_steps, "grpo_prompts": grpo_prompts,
+             "grpo_learning_rate": grpo_learning_rate, "lora_targets": lora_targets,
              "curriculum_tasks": curriculum_tasks, "validation_tasks": validation_tasks,
-             "capability_tasks": capability_tasks, "grpo_reward": grpo_reward, "grpo_replay": grpo_replay}
+             "capability_tasks": capability_tasks, "grpo_reward": grpo_reward, "grpo_replay": grpo_replay,
+             "grpo_replay_rows": grpo_replay_rows, "check_interval": check_interval}
     config = RunConfig(out=out, seed=seed, env=env, profile=profile, num_generations=num_generations,
                        max_tokens=max_tokens, refill=refill, curriculum_samples=curriculum_samples,
-                       curriculum=curriculum,
-                       train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
-                       eval_backend=eval_backend, grpo_rollout_backend=grpo_rollout_backend,
-                       grpo_replay_focus=grpo_replay_focus,
+                       curriculum=curriculum, train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
+                       prefix_cache=prefix_cache, eval_backend=eval_backend,
+                       grpo_rollout_backend=grpo_rollout_backend, grpo_replay_focus=grpo_replay_focus,
                        **{k: v for k, v in given.items() if v is not None})
     return run_pipeline.fn(config)

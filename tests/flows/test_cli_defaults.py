@@ -67,6 +67,15 @@ def test_deployment_entry_defaults_are_the_models(entry, model) -> None:
     assert inspect.signature(generate_entry.fn).parameters["n"].default == RunConfig.model_fields["n"].default
 
 
+def test_the_run_deployment_takes_every_option_flywheel_run_takes() -> None:
+    """A scheduled run must be able to reproduce any CLI run: a new `flywheel run` option missing from the entry
+    flow fails here (it happened to --grpo-replay-rows and --check-interval)."""
+    cli = {p.name for p in _commands()["run"].params} - {"help"}
+    entry = set(inspect.signature(pipeline_entry.fn).parameters)
+    assert cli - entry == set(), f"flywheel-run deployment lacks {sorted(cli - entry)}"
+    assert entry - cli == set(), f"flywheel-run deployment has parameters the CLI lacks: {sorted(entry - cli)}"
+
+
 def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     from flywheel.flows.config import FULL_PROFILE, RunConfig
 
