@@ -139,18 +139,39 @@ class EvalConfig(BaseModel):
 # while held-out lost 2-10 tasks of 200; 128 saw GRPO's breakage (0.961 -> 0.906) and kept the start (RESULTS.md)
 FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32, "grpo_prompts": 2,
                 "grpo_learning_rate": 1e-4, "curriculum_tasks": 128, "validation_tasks": 128, "capability_tasks": 32}
+# ... and for single-turn envs with a tool catalog (tool_call), the GRPO recipe that added over SFT (RESULTS.md, X10
+# and `flywheel_run_full_both/`: +0.020 [+0.005, +0.040]): the greedy failures and the mixed tasks of every train
+# task beside the validation slice (both sides of a decision: failures alone always broke its mirror image), replay
+# of 32 reference answers calling GRPO's tools at weight 8, lr 5e-5, checks every 2 steps, vLLM rollouts where
+# installed. Measured on tool_call only, so the other envs keep the sizes above.
+FULL_TOOL_RECIPE = {"grpo_steps": 24, "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 1200,
+                    "grpo_replay": 8.0, "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 2,
+                    "grpo_rollout_backend": "auto"}
+
+
+def full_profile(env: str) -> dict[str, Any]:
+    """``--profile full``'s values for ``env``: FULL_PROFILE, with FULL_TOOL_RECIPE for single-turn tool envs; an
+    env's own ``run_defaults`` win where they are larger sizes or choices of its own (workplace's lr and reward)."""
+    from flywheel.verifiers.envs import get_env
+
+    spec = get_env(env)
+    full = {**FULL_PROFILE, **(FULL_TOOL_RECIPE if spec.tools_path and not spec.multi_turn else {})}
+    preset = dict(spec.run_defaults)
+    return {k: max(v, preset.get(k, v)) if isinstance(v, int) else preset.get(k, v) for k, v in full.items()}
 
 
 class RunConfig(BaseModel):
     """``flywheel run``: sizes chosen so the whole tool_call loop fits in 20 minutes on 2 CPU cores; an env's
     ``run_defaults`` (``EnvSpec``) replace them for that env, and ``profile="full"`` raises them to the sizes of
-    ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) where smaller; options given win."""
+    ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) where smaller, with
+    ``FULL_TOOL_RECIPE`` for tool_call (``full_profile``); options given win."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     profile: Literal["default", "full"] = Field(default="default", description="default: the loop in under 20 "
-                                                "minutes on 2 cores; full: about an hour, 200 held-out tasks per "
-                                                "eval, more SFT and GRPO (options given still win).")
+                                                "minutes on 2 cores; full: about 45 minutes with vLLM installed, 200 "
+                                                "held-out tasks per eval, more SFT and GRPO, and for tool_call the "
+                                                "GRPO recipe that beat SFT (README; options given still win).")
 
     out: str = Field(default="flywheel-run", min_length=1, description="Everything lands here: datasets/, "
                      "eval-baseline/, sft/, grpo/, registry/, summary.md, summary.json.")
@@ -230,9 +251,12 @@ class RunConfig(BaseModel):
         from flywheel.verifiers.envs import env_names, get_env
 
         env = data.get("env", cls.model_fields["env"].default)
-        preset = dict(get_env(env).run_defaults) if isinstance(env, str) and env in env_names() else {}
-        full = {k: max(v, preset.get(k, v)) if isinstance(v, int) else v for k, v in FULL_PROFILE.items()}
-        return {**preset, **(full if data.get("profile") == "full" else {}), **data}
+        known = isinstance(env, str) and env in env_names()
+        preset = dict(get_env(env).run_defaults) if known else {}
+        merged = {**preset, **(full_profile(env) if known and data.get("profile") == "full" else {}), **data}
+        if not merged.get("grpo_replay") and "grpo_replay_focus" not in data:
+            merged.pop("grpo_replay_focus", None)  # --grpo-replay 0 given: the profile's focus goes with its replay
+        return merged
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

@@ -77,13 +77,22 @@ def test_the_run_deployment_takes_every_option_flywheel_run_takes() -> None:
 
 
 def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
-    from flywheel.flows.config import FULL_PROFILE, RunConfig
+    from flywheel.flows.config import FULL_PROFILE, FULL_TOOL_RECIPE, RunConfig
 
-    full = RunConfig(profile="full")
-    assert {k: getattr(full, k) for k in FULL_PROFILE} == FULL_PROFILE and full.eval_limit >= 200
+    full = RunConfig(profile="full")  # tool_call: the sizes and the GRPO recipe measured on it
+    assert {k: getattr(full, k) for k in FULL_PROFILE | FULL_TOOL_RECIPE} == FULL_PROFILE | FULL_TOOL_RECIPE
+    assert full.eval_limit >= 200 and full.curriculum == "both" and full.grpo_replay_focus == "tools"
     assert RunConfig(profile="full", eval_limit=300, grpo_steps=2).model_dump(include={"eval_limit", "grpo_steps"}) \
         == {"eval_limit": 300, "grpo_steps": 2}
     assert RunConfig().eval_limit == 48 and RunConfig().grpo_learning_rate == 3e-5  # the default profile is untouched
+    # --grpo-replay 0 drops the profile's replay focus with it (instead of refusing a focus the user never gave)
+    assert RunConfig(profile="full", grpo_replay=0).grpo_replay_focus == "all"
+    with pytest.raises(ValueError, match="--grpo-replay above 0"):  # a focus given without replay still refuses
+        RunConfig(profile="full", grpo_replay=0, grpo_replay_focus="tools")
+    for env in ("math", "cli", "code", "sql"):  # no tool catalog: the recipe (replay on GRPO's tools) cannot apply
+        other = RunConfig(env=env, profile="full")
+        assert {k: getattr(other, k) for k in FULL_PROFILE} == FULL_PROFILE, env
+        assert (other.curriculum, other.grpo_replay, other.grpo_replay_focus) == ("mixed", 0.0, "all"), env
 
 
 def test_an_envs_run_defaults_replace_the_tool_call_sizes_and_given_options_win() -> None:
@@ -101,9 +110,10 @@ def test_an_envs_run_defaults_replace_the_tool_call_sizes_and_given_options_win(
     assert {k: getattr(wp, k) for k in preset} == preset
     assert RunConfig(env="workplace", n=60, lora_targets="attention").model_dump(include={"n", "lora_targets"}) \
         == {"n": 60, "lora_targets": "attention"}
-    full = RunConfig(env="workplace", profile="full")  # the full profile never lowers the env's sizes
-    assert {k: getattr(full, k) for k in FULL_PROFILE} == {k: max(v, preset.get(k, v)) for k, v in
-                                                           FULL_PROFILE.items()} and full.lora_targets == "all-linear"
+    full = RunConfig(env="workplace", profile="full")  # never lowers the env's sizes, keeps its own choices
+    assert {k: getattr(full, k) for k in FULL_PROFILE} == {k: max(v, preset[k]) if isinstance(v, int) and k in preset
+                                                           else preset.get(k, v) for k, v in FULL_PROFILE.items()}
+    assert full.lora_targets == "all-linear" and full.grpo_reward == "verifier" and full.curriculum == "mixed"
     assert full.sft_steps == preset["sft_steps"] > FULL_PROFILE["sft_steps"] and full.n == FULL_PROFILE["n"]
     assert RunConfig(env="math").model_dump() == RunConfig(env="math", **{k: RunConfig.model_fields[k].default
                                                                           for k in preset}).model_dump()
@@ -121,10 +131,12 @@ def test_auto_rollouts_take_vllm_only_for_long_grpo_runs_where_it_is_installed(t
     python.write_text("")
     monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(python))  # a .venv-vllm is there
     auto = {"grpo_rollout_backend": "auto"}
-    assert RunConfig(profile="full", **auto).rollout_backend() == "vllm"  # 32 steps x 2 prompts x 8: 512 completions
+    assert RunConfig(profile="full", **auto).rollout_backend() == "vllm"  # 24 steps x 2 prompts x 8: 384 completions
     assert RunConfig(**auto).rollout_backend() == "transformers"  # the default run's few steps: the start loses
     assert RunConfig(env="workplace", **auto).rollout_backend() == "vllm"  # 4 x 8 agent episodes: vLLM wins early
-    assert RunConfig(profile="full").rollout_backend() == "transformers"  # the default until a full run checks it
+    assert RunConfig(profile="full").rollout_backend() == "vllm"  # tool_call's full profile: auto (24 x 2 x 8)
+    assert RunConfig(profile="full", env="math").rollout_backend() == "transformers"  # the field's default
     if importlib.util.find_spec("vllm") is None:  # vLLM lives in .venv-vllm, not here
         monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing"))
         assert RunConfig(profile="full", **auto).rollout_backend() == "transformers"
+        assert RunConfig(profile="full").rollout_backend() == "transformers"  # the full profile runs without vLLM
