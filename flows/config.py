@@ -157,7 +157,8 @@ def full_profile(env: str) -> dict[str, Any]:
     spec = get_env(env)
     full = {**FULL_PROFILE, **(FULL_TOOL_RECIPE if spec.tools_path and not spec.multi_turn else {})}
     preset = dict(spec.run_defaults)
-    return {k: max(v, preset.get(k, v)) if isinstance(v, int) else preset.get(k, v) for k, v in full.items()}
+    return {k: max(v, preset[k]) if isinstance(v, int) and isinstance(preset.get(k), int) else preset.get(k, v)
+            for k, v in full.items()}
 
 
 class RunConfig(BaseModel):
@@ -244,8 +245,9 @@ class RunConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _profile(cls, data: Any) -> Any:
-        """Options not given come from the --profile preset, then the env's ``run_defaults``, then the fields. The
-        full profile only raises an env's sizes (workplace's SFT needs more steps than tool_call's full profile)."""
+        """Options not given come from the env's ``run_defaults``, then the fields; with --profile full, from
+        ``full_profile(env)`` first, which raises the env's sizes (workplace's SFT needs more steps than tool_call's
+        full profile) and keeps its other choices."""
         if not isinstance(data, dict):
             return data
         from flywheel.verifiers.envs import env_names, get_env
@@ -260,7 +262,7 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
-        from flywheel.verifiers.envs import env_names  # discovers the env folders without importing them
+        from flywheel.verifiers.envs import env_names, get_env  # env_names: the env folders, none imported
 
         for env in (self.env, *self.capability_envs):
             if env not in env_names():
@@ -268,6 +270,9 @@ class RunConfig(BaseModel):
         if self.grpo_replay_focus != "all" and not self.grpo_replay:
             raise ValueError(f"--grpo-replay-focus {self.grpo_replay_focus} chooses what GRPO replays: give "
                              "--grpo-replay above 0 too (or drop --grpo-replay-focus)")
+        if self.grpo_replay_focus == "tools" and get_env(self.env).tools_path is None:
+            raise ValueError(f"--grpo-replay-focus tools: {self.env} tasks call no tools; use --grpo-replay-focus "
+                             "all")
         if self.grpo_rollout_backend == "vllm":
             from flywheel.tasks.inference.policy import check_vllm_rollouts
 

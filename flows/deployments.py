@@ -11,6 +11,8 @@ workers), so a rerun with unchanged parameters is served from the cache.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from prefect import flow
 from prefect.runtime import flow_run
 
@@ -18,6 +20,8 @@ from flywheel.flows.config import GenerateConfig
 from flywheel.flows.generate import generate_dataset
 from flywheel.flows.pipeline import RunConfig, run_pipeline
 from flywheel.flows.results import GenerateResult, RunSummary
+
+Backend = Literal["auto", "transformers", "vllm"]
 
 
 def scheduled_seed() -> int:
@@ -40,31 +44,22 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 
 
 @flow(name="flywheel-run", persist_result=True)
-def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: str = "default",
+def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: Literal["default", "full"] = "default",
                    n: int | None = None, eval_limit: int | None = None, sft_steps: int | None = None,
                    sft_batch_size: int | None = None, sft_learning_rate: float | None = None,
                    grpo_steps: int | None = None, grpo_prompts: int | None = None,
-                   grpo_learning_rate: float | None = None, num_generations: int = 8, max_tokens: int = 96,
-                   lora_targets: str | None = None, refill: int = 2, grpo_reward: str | None = None,
-                   grpo_replay: float | None = None, grpo_replay_focus: str = "all",
+                   grpo_learning_rate: float | None = None, num_generations: int | None = None,
+                   max_tokens: int | None = None, lora_targets: Literal["attention", "all-linear"] | None = None,
+                   refill: int | None = None, grpo_reward: Literal["verifier", "success"] | None = None,
+                   grpo_replay: float | None = None, grpo_replay_focus: Literal["all", "tools"] | None = None,
                    grpo_replay_rows: int | None = None, check_interval: int | None = None,
-                   curriculum_samples: int = 4, curriculum_tasks: int | None = None, curriculum: str = "mixed",
+                   curriculum_samples: int | None = None, curriculum_tasks: int | None = None,
+                   curriculum: Literal["mixed", "failures", "both"] | None = None,
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
-                   train_limit: int | None = None, gpu_pool: str | None = None,
-                   dask_address: str | None = None, prefix_cache: bool = True, eval_backend: str = "auto",
-                   grpo_rollout_backend: str = "transformers") -> RunSummary:
-    """Every `flywheel run` option (a test holds them equal). None: the --profile preset's value, then the env's,
-    then RunConfig's default (as `flywheel run` does with options not given)."""
-    given = {"n": n, "eval_limit": eval_limit, "sft_steps": sft_steps, "sft_batch_size": sft_batch_size,
-             "sft_learning_rate": sft_learning_rate, "grpo_steps": grpo_steps, "grpo_prompts": grpo_prompts,
-             "grpo_learning_rate": grpo_learning_rate, "lora_targets": lora_targets,
-             "curriculum_tasks": curriculum_tasks, "validation_tasks": validation_tasks,
-             "capability_tasks": capability_tasks, "grpo_reward": grpo_reward, "grpo_replay": grpo_replay,
-             "grpo_replay_rows": grpo_replay_rows, "check_interval": check_interval}
-    config = RunConfig(out=out, seed=seed, env=env, profile=profile, num_generations=num_generations,
-                       max_tokens=max_tokens, refill=refill, curriculum_samples=curriculum_samples,
-                       curriculum=curriculum, train_limit=train_limit, gpu_pool=gpu_pool, dask_address=dask_address,
-                       prefix_cache=prefix_cache, eval_backend=eval_backend,
-                       grpo_rollout_backend=grpo_rollout_backend, grpo_replay_focus=grpo_replay_focus,
-                       **{k: v for k, v in given.items() if v is not None})
-    return run_pipeline.fn(config)
+                   train_limit: int | None = None, gpu_pool: str | None = None, dask_address: str | None = None,
+                   prefix_cache: bool | None = None, eval_backend: Backend | None = None,
+                   grpo_rollout_backend: Backend | None = None) -> RunSummary:
+    """Every `flywheel run` option (a test holds them equal). None, as an option not given to `flywheel run`: the
+    value of the --profile preset or the env's ``run_defaults`` where they set one, else RunConfig's default."""
+    given = {k: v for k, v in locals().items() if v is not None}
+    return run_pipeline.fn(RunConfig(**given))

@@ -76,6 +76,17 @@ def test_the_run_deployment_takes_every_option_flywheel_run_takes() -> None:
     assert entry - cli == set(), f"flywheel-run deployment has parameters the CLI lacks: {sorted(entry - cli)}"
 
 
+@pytest.mark.parametrize("params", [{"profile": "full"}, {"env": "workplace"}, {"env": "workplace", "profile": "full"},
+                                    {"profile": "full", "grpo_replay": 0.0, "refill": 0}, {}])
+def test_the_run_deployment_builds_the_config_flywheel_run_builds(params, monkeypatch) -> None:
+    """A parameter left out of a scheduled run is an option not given: the profile's and the env's presets apply as
+    in `flywheel run` (an entry default of "mixed" once overrode the full profile's curriculum)."""
+    import flywheel.flows.deployments as deployments
+
+    monkeypatch.setattr(deployments, "run_pipeline", type("Body", (), {"fn": staticmethod(lambda config: config)}))
+    assert pipeline_entry.fn(out="x", **params).model_dump() == RunConfig(out="x", **params).model_dump()
+
+
 def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     from flywheel.flows.config import FULL_PROFILE, FULL_TOOL_RECIPE, RunConfig
 
@@ -93,6 +104,21 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
         other = RunConfig(env=env, profile="full")
         assert {k: getattr(other, k) for k in FULL_PROFILE} == FULL_PROFILE, env
         assert (other.curriculum, other.grpo_replay, other.grpo_replay_focus) == ("mixed", 0.0, "all"), env
+
+
+def test_an_envs_own_choices_win_over_the_full_profile_and_its_sizes_are_raised(monkeypatch) -> None:
+    import dataclasses
+
+    import flywheel.verifiers.envs as envs
+    from flywheel.flows.config import FULL_TOOL_RECIPE, full_profile
+
+    spec = envs.get_env("tool_call")
+    mine = {"grpo_learning_rate": 2e-4, "curriculum": "failures", "grpo_steps": 40, "curriculum_tasks": 7}
+    monkeypatch.setattr(envs, "get_env", lambda name: dataclasses.replace(spec, run_defaults=mine))
+    full = full_profile("tool_call")
+    assert (full["grpo_learning_rate"], full["curriculum"]) == (2e-4, "failures")  # the env's choices
+    assert (full["grpo_steps"], full["curriculum_tasks"]) == (40, FULL_TOOL_RECIPE["curriculum_tasks"])  # the max
+    assert full["grpo_replay_focus"] == "tools"  # what the env leaves unset comes from the recipe
 
 
 def test_an_envs_run_defaults_replace_the_tool_call_sizes_and_given_options_win() -> None:

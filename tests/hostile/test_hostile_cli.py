@@ -300,6 +300,8 @@ def test_run_refuses_unbounded_sizes_before_any_flow(tmp_path) -> None:
              (["--grpo-replay-focus", "tool"], "error: --grpo-replay-focus: Input should be 'all' or 'tools'"),
              (["--grpo-replay-focus", "tools"], "error: --grpo-replay-focus tools chooses what GRPO replays: give "
                                                 "--grpo-replay above 0 too (or drop --grpo-replay-focus)"),
+             (["--env", "math", "--grpo-replay", "8", "--grpo-replay-focus", "tools"],
+              "error: --grpo-replay-focus tools: math tasks call no tools; use --grpo-replay-focus all"),
              (["--grpo-replay-rows", "0"], "error: --grpo-replay-rows: Input should be greater than or equal to 1"),
              (["--check-interval", "0"], "error: --check-interval: Input should be greater than or equal to 1")]
     for args, message in cases:
