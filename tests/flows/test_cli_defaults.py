@@ -87,6 +87,15 @@ def test_the_run_deployment_builds_the_config_flywheel_run_builds(params, monkey
     assert pipeline_entry.fn(out="x", **params).model_dump() == RunConfig(out="x", **params).model_dump()
 
 
+def test_the_run_deployment_refuses_a_bad_choice_before_any_work() -> None:
+    from prefect.exceptions import ParameterTypeError
+
+    with pytest.raises(ParameterTypeError, match="curriculum: Input should be 'mixed', 'failures' or 'both'"):
+        pipeline_entry.validate_parameters({"out": "x", "curriculum": "al"})
+    with pytest.raises(ParameterTypeError, match="grpo_replay_focus: Input should be 'all' or 'tools'"):
+        pipeline_entry.validate_parameters({"out": "x", "grpo_replay_focus": "tool"})
+
+
 def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     from flywheel.flows.config import FULL_PROFILE, FULL_TOOL_RECIPE, RunConfig
 
