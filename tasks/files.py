@@ -147,3 +147,17 @@ def write_bytes_atomic(path: Path | str, data: bytes) -> None:
 
 def write_text_atomic(path: Path | str, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def share_tree(folder: Path) -> None:
+    """Give a folder this process built in private (``mkdtemp`` is 0700; safetensors writes 0600) the modes any new
+    file gets, before it is published by a rename: folders ``0o777 & ~umask``, files ``0o666 & ~umask``. A worker or
+    server under another uid reads a published adapter, registry version or export as it reads any other output.
+    Symlinks are neither changed nor followed: a link in the tree never lends its target these modes."""
+    mask = _umask()
+    for root, _dirs, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(root, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.chmod(path, 0o666 & ~mask)

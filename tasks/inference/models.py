@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from flywheel.tasks.files import share_tree
+
 EMBEDDED = "embedded"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -54,6 +56,7 @@ def embedded_checkpoint() -> Path:
         model.is_quantized = False
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        share_tree(tmp)
         os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -125,6 +128,7 @@ def export_version(adapter: Path, out: Path, merged: bool) -> Path:
         else:
             model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        share_tree(tmp)  # mkdtemp is 0700 and safetensors files 0600: an export is read like any output
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from flywheel.schemas import sha256_text
 from flywheel.schemas.registry import Event, ModelVersion
 from flywheel.tasks.data.publish import file_sha256
+from flywheel.tasks.files import share_tree
 
 
 class RegistryError(ValueError):
@@ -141,6 +142,7 @@ class Registry:
                                        files_hash=digest, eval_report="report.json" if report else None,
                                        created_at=_now(), **fields)
                 (tmp / "version.json").write_text(version.model_dump_json(indent=2) + "\n", encoding="utf-8")
+                share_tree(tmp)  # mkdtemp is 0700 and safetensors files 0600: a version is read like any output
                 os.replace(tmp, target)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.files import share_tree, write_text_atomic
 
 
 class Best:
@@ -70,6 +70,7 @@ class Best:
         tmp = Path(tempfile.mkdtemp(prefix=".best-tmp-", dir=self.folder))
         try:
             model.save_pretrained(str(tmp), selected_adapters=["default"])  # not TRL's frozen "ref" copy
+            share_tree(tmp)
             shutil.rmtree(self._dir(step), ignore_errors=True)  # left by a run killed before it wrote best.json
             os.replace(tmp, self._dir(step))
         except BaseException:

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from flywheel.schemas import Task
 from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.validate import reference_completion
-from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.files import share_tree, write_text_atomic
 from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 from flywheel.tasks.training.rollout import prompt
@@ -235,10 +235,10 @@ def _save_adapter(trainer: Any, out: Path, best: Any = None) -> tuple[Path, int 
     tmp = Path(tempfile.mkdtemp(prefix=".adapter-tmp-", dir=out))
     target = out / "adapter"
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the adapter is read like any folder
         trainer.save_model(str(tmp))
         selected = best.install(tmp) if best is not None else None
         shutil.rmtree(tmp / "ref", ignore_errors=True)  # TRL's frozen copy of the start adapter (beta > 0): not ours
+        share_tree(tmp)  # mkdtemp and safetensors make it private; the adapter is read like any output
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

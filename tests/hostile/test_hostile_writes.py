@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from flywheel.tasks.data.seeds import seed_task
-from flywheel.tasks.files import open_output, write_text_atomic
+from flywheel.tasks.files import open_output, share_tree, write_text_atomic
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
 COMMANDS = ("score", "dedupe")
@@ -227,6 +227,33 @@ def test_new_file_gets_the_umask_mode_not_the_temp_files(tmp_path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "new.jsonl").stat().st_mode) == 0o640 and os.listdir(tmp_path) == ["new.jsonl"]
+
+
+def test_a_shared_tree_gets_umask_modes_and_its_links_lend_nothing(tmp_path) -> None:
+    """What a trainer built in private (mkdtemp 0700, safetensors 0600) is published with the umask's modes; a
+    symlink planted in it (to a private file or folder outside) is neither changed nor followed."""
+    secret, vault = tmp_path / "secret", tmp_path / "vault"
+    secret.write_text("key")
+    secret.chmod(0o600)
+    vault.mkdir(mode=0o700)
+    (vault / "inner").write_text("x")
+    (vault / "inner").chmod(0o600)
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    tree.chmod(0o700)
+    (tree / "sub").chmod(0o700)
+    (tree / "sub" / "adapter_model.safetensors").write_bytes(b"w")
+    (tree / "sub" / "adapter_model.safetensors").chmod(0o600)
+    (tree / "link").symlink_to(secret)
+    (tree / "dirlink").symlink_to(vault)
+    old = os.umask(0o027)
+    try:
+        share_tree(tree)
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert (mode(tree), mode(tree / "sub"), mode(tree / "sub" / "adapter_model.safetensors")) == (0o750, 0o750, 0o640)
+    assert (mode(secret), mode(vault), mode(vault / "inner")) == (0o600, 0o700, 0o600)
 
 
 def test_socket_is_one_line_and_stays_a_socket(tmp_path) -> None:

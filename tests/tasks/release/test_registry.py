@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -120,6 +121,29 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
 
 
 @pytest.mark.slow
+def test_versions_and_exports_are_readable_per_the_umask_not_private(tmp_path, adapters) -> None:
+    """safetensors writes 0600 and mkdtemp 0700: a version and an export get the modes of any new output, so a
+    worker or server under another uid can load them."""
+    private = tmp_path / "private"
+    shutil.copytree(adapters[0], private)
+    (private / "adapter_model.safetensors").chmod(0o600)
+    private.chmod(0o700)
+    old = os.umask(0o022)
+    try:
+        reg = Registry(tmp_path / "r")
+        folder = reg.path(reg.register(private, FIELDS))
+        export = runner.invoke(app, ["registry", "export", "candidate", "--registry", str(tmp_path / "r"),
+                                     "--out", str(tmp_path / "x")])
+    finally:
+        os.umask(old)
+    assert export.exit_code == 0, export.output
+    for path in (folder, folder / "adapter", tmp_path / "x"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o755, path
+    for path in (folder / "adapter" / "adapter_model.safetensors", tmp_path / "x" / "adapter_model.safetensors",
+                 folder / "version.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
 def test_export_gives_what_a_serving_stack_loads(tmp_path, adapters) -> None:
     reg_dir = tmp_path / "r"
     v1 = Registry(reg_dir).register(adapters[0], FIELDS)

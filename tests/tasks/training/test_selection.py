@@ -4,9 +4,12 @@ completion length blowing up and on the output format drifting, and stay quiet o
 
 from __future__ import annotations
 
+import stat
+
 import pytest
 import torch
 
+from flywheel.tasks.files import _umask
 from flywheel.tasks.training.selection import Best, drift_flags
 
 
@@ -41,6 +44,7 @@ def test_the_best_validation_checkpoint_is_kept_and_installed(lora, tmp_path) ->
     assert not best.keep(4, {"val_success": 0.5, "val_reward": 0.6}, lora)  # a tie: the earlier one stays
     assert not best.keep(6, {"val_success": 0.25, "val_reward": 0.9}, lora)
     kept = _adapter(tmp_path / "best-2")
+    assert stat.S_IMODE((tmp_path / "best-2").stat().st_mode) == 0o777 & ~_umask()  # not mkdtemp's 0700
     final = tmp_path / "final"
     lora.save_pretrained(str(final))  # the last step's weights (2.0)
     assert _adapter(final) != kept

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -182,7 +183,11 @@ def test_killed_training_resumes_from_its_last_checkpoint(dataset, tmp_path) -> 
     log = json.loads((out / "train_log.json").read_text())
     assert log["resumed_from"].endswith(("checkpoint-2", "checkpoint-3"))
     assert [r["step"] for r in log["history"]] == [1, 2, 3, 4]  # no step lost or logged twice
-    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    mask = os.umask(0o022)
+    os.umask(mask)
+    weights = out / "adapter" / "adapter_model.safetensors"  # safetensors writes 0600: published per the umask
+    assert stat.S_IMODE(weights.stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE((out / "adapter").stat().st_mode) == 0o777 & ~mask
 
 
 @pytest.mark.slow
