@@ -243,9 +243,25 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
 
 
 @flow(name="flywheel-run")
+def speed_warning(config: RunConfig) -> str | None:
+    """The full profile's 42 minutes on 2 cores were measured with vLLM (evals, curricula and GRPO's rollouts on
+    ``auto``); without it the run still works, at about three times the cost: said up front, not after an hour."""
+    from flywheel.tasks.inference.policy import vllm_available
+
+    if config.profile != "full" or vllm_available():
+        return None
+    return ("--profile full without vLLM: every eval, the curriculum's sampling and GRPO's rollouts run on "
+            "transformers, about 2 hours on 2 cores (estimated) instead of 42 minutes; `bash deploy/install.sh "
+            "--with-vllm` adds vLLM")
+
+
 def run_pipeline(config: RunConfig) -> RunSummary:
     t0 = time.perf_counter()
     out = Path(config.out)
+    if warning := speed_warning(config):
+        from prefect.logging import get_run_logger
+
+        get_run_logger().warning(warning)
     gen = run_generate(GenerateConfig(env=config.env, n=config.n, seed=config.seed, out=str(out / "datasets"),
                                       workers=config.workers, dask_address=config.dask_address))
     dataset = gen.version_dir

@@ -161,6 +161,7 @@ def test_auto_rollouts_take_vllm_only_for_long_grpo_runs_where_it_is_installed(t
     import importlib.util
 
     from flywheel.flows.config import RunConfig
+    from flywheel.flows.pipeline import speed_warning
 
     python = tmp_path / "python"
     python.write_text("")
@@ -171,7 +172,10 @@ def test_auto_rollouts_take_vllm_only_for_long_grpo_runs_where_it_is_installed(t
     assert RunConfig(env="workplace", **auto).rollout_backend() == "vllm"  # 4 x 8 agent episodes: vLLM wins early
     assert RunConfig(profile="full").rollout_backend() == "vllm"  # tool_call's full profile: auto (24 x 2 x 8)
     assert RunConfig(profile="full", env="math").rollout_backend() == "transformers"  # the field's default
+    assert speed_warning(RunConfig(profile="full")) is None
     if importlib.util.find_spec("vllm") is None:  # vLLM lives in .venv-vllm, not here
         monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing"))
         assert RunConfig(profile="full", **auto).rollout_backend() == "transformers"
         assert RunConfig(profile="full").rollout_backend() == "transformers"  # the full profile runs without vLLM
+        assert "2 hours" in speed_warning(RunConfig(profile="full"))  # and says what that costs, up front
+    assert speed_warning(RunConfig()) is None
