@@ -127,7 +127,7 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
                         save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
                         prefix_cache=config.prefix_cache, lora_targets=config.lora_targets,
                         rollout_backend="transformers" if sft else config.rollout_backend(),
-                        train_on="mixed" if config.curriculum == "mixed" else "failures")
+                        train_on="failures" if not sft and config.curriculum != "mixed" else "mixed")  # SFT: none
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
                                                               "registry": str(out / "registry"), "parent": parent},

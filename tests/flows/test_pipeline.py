@@ -130,7 +130,8 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     either = wrong | set(sampled.filter(pl.col("mark") == "mixed")["task_id"])
     assert curriculum.height == 2 and summary["curriculum"].startswith(f"{len(wrong)} of 2 train tasks answered wrong")
     assert sampled.height == 2 and (sampled["samples"] == 4).all()
-    assert grpo_config["train_on"] == "failures"
+    assert grpo_config["train_on"] == "failures"  # SFT has no curriculum: its config says so
+    assert json.loads((out / "sft" / "train_config.json").read_text())["train_on"] == "mixed"
     union = out / "curriculum" / "failures_and_mixed.parquet"
     assert grpo_config["skip_tasks"] == (str(union) if either else None)
     assert set(pl.read_parquet(union).filter(pl.col("mark") == "mixed")["task_id"]) == either
