@@ -21,6 +21,12 @@ from flywheel.tasks.training.replay import FOCUS_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 
 Backend = Literal["sampler", "transformers", "vllm", "openai"]
+# flywheel run's choices, one definition for RunConfig and the flywheel-run deployment's parameters
+Profile = Literal["default", "full"]
+LoraTargets = Literal["attention", "all-linear"]
+Curriculum = Literal["mixed", "failures", "both"]
+ReplayFocus = Literal["all", "tools"]
+RunBackend = Literal["auto", "transformers", "vllm"]
 MAX_ROWS = 10_000_000
 BACKEND_HELP = ("auto: vllm when it is installed (.venv-vllm or importable) and the eval has at least 100 rollouts, "
                 "else transformers | transformers | vllm (an adapter is served merged into its base) | openai")
@@ -169,7 +175,7 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    profile: Literal["default", "full"] = Field(default="default", description="default: the loop in under 20 "
+    profile: Profile = Field(default="default", description="default: the loop in under 20 "
                                                 "minutes on 2 cores; full: about 45 minutes with vLLM installed, 200 "
                                                 "held-out tasks per eval, more SFT and GRPO, and for tool_call the "
                                                 "GRPO recipe that beat SFT (README; options given still win).")
@@ -197,7 +203,7 @@ class RunConfig(BaseModel):
     num_generations: int = Field(default=8, ge=2, le=256, description="GRPO completions per prompt.")
     grpo_prompts: int = Field(default=1, ge=1, le=256, description="GRPO prompts per step (each with "
                               "--num-generations completions).")
-    lora_targets: Literal["attention", "all-linear"] = Field(default="attention", description="LoRA on the attention "
+    lora_targets: LoraTargets = Field(default="attention", description="LoRA on the attention "
                                                              "projections, or on every linear layer (MLP included).")
     grpo_learning_rate: float = Field(default=3e-5, gt=0, le=1.0, description="GRPO learning rate.")
     loss_type: str = "dapo"
@@ -206,7 +212,7 @@ class RunConfig(BaseModel):
                                     "from and train only on those with mixed outcomes (0: off).")
     curriculum_tasks: int = Field(default=12, ge=1, le=MAX_ROWS, description="Train tasks the curriculum samples "
                                   "(the first N by id; GRPO trains on their mixed ones).")
-    curriculum: Literal["mixed", "failures", "both"] = Field(
+    curriculum: Curriculum = Field(
         default="mixed", description="mixed: GRPO trains on the tasks solved in some of --curriculum-samples samples "
         "at temperature 1, not all | failures: on those the start policy's greedy answer gets wrong (one greedy "
         "answer per task, so --curriculum-tasks can cover the whole train split; flat groups are redrawn among them) "
@@ -223,7 +229,7 @@ class RunConfig(BaseModel):
     grpo_replay: float = Field(default=0.0, ge=0.0, le=100.0, description="GRPO: weight of an SFT loss on reference "
                                "answers of every train task added to each update (0: none), so GRPO keeps what SFT "
                                "taught on the tasks the curriculum leaves out.")
-    grpo_replay_focus: Literal["all", "tools"] = Field(default="all", description=FOCUS_HELP)
+    grpo_replay_focus: ReplayFocus = Field(default="all", description=FOCUS_HELP)
     grpo_replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
     check_interval: int | None = Field(default=None, ge=1, le=100_000, description="GRPO: steps between checks on "
                                        "the validation slice (default: half of --grpo-steps); on vLLM rollouts a "
@@ -235,9 +241,9 @@ class RunConfig(BaseModel):
                                  "work pool (needs PREFECT_API_URL of a deploy/start.sh server).")
     dask_address: str | None = Field(default=None, description="Dask scheduler for the dataset stages.")
     prefix_cache: bool = Field(default=True, description=PREFIX_CACHE_HELP)
-    eval_backend: Literal["auto", "transformers", "vllm"] = Field(
+    eval_backend: RunBackend = Field(
         default="auto", description="Every eval of the run (curriculum sampling included): " + BACKEND_HELP)
-    grpo_rollout_backend: Literal["auto", "transformers", "vllm"] = Field(
+    grpo_rollout_backend: RunBackend = Field(
         default="transformers", description="GRPO's rollouts: transformers | vllm (a vLLM engine that gets the "
         "policy's weights after every step) | auto (vllm when it is installed and GRPO samples at least 100 "
         "completions in all, or 16 agent episodes, else transformers).")

@@ -11,17 +11,14 @@ workers), so a rerun with unchanged parameters is served from the cache.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from prefect import flow
 from prefect.runtime import flow_run
 
-from flywheel.flows.config import GenerateConfig
+from flywheel.flows.config import Curriculum, GenerateConfig, LoraTargets, Profile, ReplayFocus, RunBackend
 from flywheel.flows.generate import generate_dataset
 from flywheel.flows.pipeline import RunConfig, run_pipeline
 from flywheel.flows.results import GenerateResult, RunSummary
-
-Backend = Literal["auto", "transformers", "vllm"]
+from flywheel.tasks.training.rewards import RewardKind
 
 
 def scheduled_seed() -> int:
@@ -44,21 +41,21 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 
 
 @flow(name="flywheel-run", persist_result=True)
-def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: Literal["default", "full"] = "default",
+def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: Profile = "default",
                    n: int | None = None, eval_limit: int | None = None, sft_steps: int | None = None,
                    sft_batch_size: int | None = None, sft_learning_rate: float | None = None,
                    grpo_steps: int | None = None, grpo_prompts: int | None = None,
                    grpo_learning_rate: float | None = None, num_generations: int | None = None,
-                   max_tokens: int | None = None, lora_targets: Literal["attention", "all-linear"] | None = None,
-                   refill: int | None = None, grpo_reward: Literal["verifier", "success"] | None = None,
-                   grpo_replay: float | None = None, grpo_replay_focus: Literal["all", "tools"] | None = None,
+                   max_tokens: int | None = None, lora_targets: LoraTargets | None = None,
+                   refill: int | None = None, grpo_reward: RewardKind | None = None,
+                   grpo_replay: float | None = None, grpo_replay_focus: ReplayFocus | None = None,
                    grpo_replay_rows: int | None = None, check_interval: int | None = None,
                    curriculum_samples: int | None = None, curriculum_tasks: int | None = None,
-                   curriculum: Literal["mixed", "failures", "both"] | None = None,
+                   curriculum: Curriculum | None = None,
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None, dask_address: str | None = None,
-                   prefix_cache: bool | None = None, eval_backend: Backend | None = None,
-                   grpo_rollout_backend: Backend | None = None) -> RunSummary:
+                   prefix_cache: bool | None = None, eval_backend: RunBackend | None = None,
+                   grpo_rollout_backend: RunBackend | None = None) -> RunSummary:
     """Every `flywheel run` option (a test holds them equal). None, as an option not given to `flywheel run`: the
     value of the --profile preset or the env's ``run_defaults`` where they set one, else RunConfig's default."""
     given = {k: v for k, v in locals().items() if v is not None}
