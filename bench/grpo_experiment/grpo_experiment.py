@@ -1,15 +1,16 @@
 """GRPO from one start adapter, paired against its greedy held-out eval (bench/RESULTS.md, issue 17):
 GX_DATASET=D GX_ROOT=R python grpo_experiment.py NAME START_ADAPTER STEPS PROMPTS LR TEMP CURRIC_TASKS
-Writes R/NAME; reuses R/greedy_<adapter folder name> and R/curr_<name>_<tasks> when present (symlink a run's
-sft/eval and curriculum there to pair with them). GX_REWARD: success (default) or verifier. GX_BETA: the KL
-coefficient (default 0; above 0 it anchors on START_ADAPTER). GX_REPLAY: the SFT replay weight (default 0;
-GX_REPLAY_ROWS reference answers per step, default 16; GX_REPLAY_FOCUS all or tools). GX_BACKEND: the evals' backend
-(default transformers, as the evals it pairs with were made; one backend for both sides of a pair). GX_SEED: GRPO's
-seed (default 0). GX_VALIDATION: validation tasks (default 32). GX_INTERVAL: steps between checks (default STEPS //
-4). GX_ROLLOUT: GRPO's rollout backend (default transformers). GX_CURRICULUM=failures: instead of K samples of the
-first CURRIC_TASKS train tasks, one greedy answer to each of them, and GRPO trains on those the start adapter fails
-(the decisions greedy decoding gets wrong; flat groups are redrawn among them); GX_CURRICULUM=both: those and the
-tasks mixed in 4 samples at temperature 1."""
+Writes R/NAME; reuses R/greedy_<adapter folder name> and R/curr_<name>_<tasks> when present (symlink a run's sft/eval
+and curriculum there to pair with them). GX_REWARD: success (default) or verifier. GX_BETA: the KL coefficient
+(default 0; above 0 it anchors on START_ADAPTER). GX_REPLAY: the SFT replay weight (default 0; GX_REPLAY_ROWS
+reference answers per step, default 16; GX_REPLAY_FOCUS all or tools). GX_BACKEND: the evals' backend (default
+transformers, as the evals it pairs with were made; one backend for both sides of a pair). GX_SEED: GRPO's seed
+(default 0). GX_EVAL_SEED: the held-out eval's seed (default 0; a `flywheel run --seed S` evaluated with S, and a
+greedy pair needs the same (task, sample, seed) keys). GX_VALIDATION: validation tasks (default 32). GX_INTERVAL:
+steps between checks (default STEPS // 4). GX_ROLLOUT: GRPO's rollout backend (default transformers).
+GX_CURRICULUM=failures: instead of K samples of the first CURRIC_TASKS train tasks, one greedy answer to each of
+them, and GRPO trains on those the start adapter fails (the decisions greedy decoding gets wrong; flat groups are
+redrawn among them); GX_CURRICULUM=both: those and the tasks mixed in 4 samples at temperature 1."""
 import json
 import os
 import sys
@@ -71,7 +72,8 @@ cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tas
                   beta=float(os.environ.get("GX_BETA", "0")), replay_weight=float(os.environ.get("GX_REPLAY", "0")),
                   replay_rows=int(os.environ.get("GX_REPLAY_ROWS", "16")),
                   replay_focus=os.environ.get("GX_REPLAY_FOCUS", "all"))
-ev = EvalConfig(dataset=DS, out=str(out / "eval"), limit=200, seed=0, max_tokens=96, temperature=0.0, backend=BACKEND)
+ev = EvalConfig(dataset=DS, out=str(out / "eval"), limit=200, seed=int(os.environ.get("GX_EVAL_SEED", "0")),
+                max_tokens=96, temperature=0.0, backend=BACKEND)  # GX_EVAL_SEED: a flywheel run's --seed, to pair
 res = train_policy(cfg, ev)
 t2 = time.time()
 _, a, _, b = load_evals(str(base), str(out / "eval"))
