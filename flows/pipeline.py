@@ -242,7 +242,6 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
     return result.model_validate(value) if result is not None else value
 
 
-@flow(name="flywheel-run")
 def speed_warning(config: RunConfig) -> str | None:
     """The full profile's 42 minutes on 2 cores were measured with vLLM (evals, curricula and GRPO's rollouts on
     ``auto``); without it the run still works, at about three times the cost: said up front, not after an hour."""
@@ -251,10 +250,11 @@ def speed_warning(config: RunConfig) -> str | None:
     if config.profile != "full" or vllm_available():
         return None
     return ("--profile full without vLLM: every eval, the curriculum's sampling and GRPO's rollouts run on "
-            "transformers, about 2 hours on 2 cores (estimated) instead of 42 minutes; `bash deploy/install.sh "
-            "--with-vllm` adds vLLM")
+            "transformers (tool_call: about 2 hours on 2 cores, estimated, instead of 42-50 minutes with vLLM); "
+            "`bash deploy/install.sh --with-vllm` adds vLLM")
 
 
+@flow(name="flywheel-run")
 def run_pipeline(config: RunConfig) -> RunSummary:
     t0 = time.perf_counter()
     out = Path(config.out)

@@ -153,11 +153,27 @@ def share_tree(folder: Path) -> None:
     """Give a folder this process built in private (``mkdtemp`` is 0700; safetensors writes 0600) the modes any new
     file gets, before it is published by a rename: folders ``0o777 & ~umask``, files ``0o666 & ~umask``. A worker or
     server under another uid reads a published adapter, registry version or export as it reads any other output.
-    Symlinks are neither changed nor followed: a link in the tree never lends its target these modes."""
+    Only what this user owns outright changes: a symlink (never followed), a hard-linked file (its other names would
+    change too), a device or FIFO, or another user's entry keeps its mode."""
+    if os.path.islink(folder):
+        return
     mask = _umask()
     for root, _dirs, files in os.walk(folder):
-        os.chmod(root, 0o777 & ~mask)
+        _chmod_own(root, 0o777 & ~mask, directory=True)
         for name in files:
-            path = os.path.join(root, name)
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                os.chmod(path, 0o666 & ~mask)
+            _chmod_own(os.path.join(root, name), 0o666 & ~mask)
+
+
+def _chmod_own(path: str, mode: int, directory: bool = False) -> None:
+    """chmod through a descriptor opened without following a link, so a link swapped in after the walk saw a file
+    is not followed either."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0))
+    except OSError:  # a symlink (ELOOP), gone, or unreadable: not this function's to change
+        return
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.getuid() and (directory or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)

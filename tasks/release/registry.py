@@ -122,6 +122,10 @@ class Registry:
         candidate."""
         if not (adapter_dir / "adapter_config.json").is_file():
             raise RegistryError(f"{adapter_dir} is not a PEFT adapter folder (no adapter_config.json)")
+        links = sorted(p for p in adapter_dir.rglob("*") if p.is_symlink())
+        if links:  # copied through, a link to a private file would be published readable (and outside the hashes)
+            raise RegistryError(f"{adapter_dir} holds a symlink ({links[0].relative_to(adapter_dir)}): a version is "
+                                "copied from regular files only; copy the adapter without links and register that")
         hashes = folder_hashes(adapter_dir)
         digest = sha256_text(json.dumps(hashes, sort_keys=True))
         vid = f"mv-{digest[:12]}"

@@ -83,7 +83,9 @@ def test_the_run_deployment_builds_the_config_flywheel_run_builds(params, monkey
     in `flywheel run` (an entry default of "mixed" once overrode the full profile's curriculum)."""
     import flywheel.flows.deployments as deployments
 
-    monkeypatch.setattr(deployments, "run_pipeline", type("Body", (), {"fn": staticmethod(lambda config: config)}))
+    # the entry runs the flywheel-run flow's body (a flow that lost its decorator has no .fn: this fails)
+    assert deployments.run_pipeline.name == "flywheel-run"
+    monkeypatch.setattr(deployments.run_pipeline, "fn", lambda config: config)
     assert pipeline_entry.fn(out="x", **params).model_dump() == RunConfig(out="x", **params).model_dump()
 
 

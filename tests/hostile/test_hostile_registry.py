@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.tasks.release.registry import Registry
+from flywheel.tasks.release.registry import Registry, RegistryError
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
 FIELDS = {"name": "tool_call-policy", "base_model": {"ref": "embedded", "hash": "b" * 64},
@@ -135,3 +135,23 @@ def test_event_under_another_number_is_one_line(tmp_path) -> None:
                           timeout=120)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
         f"error: {reg.root / 'events' / '000007.json'} holds event 1, not the one its name says: {FIX}"]
+
+
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_an_adapter_holding_a_symlink_is_refused_and_nothing_is_published(tmp_path, kind) -> None:
+    """A link planted in an adapter folder (to a private key, or a folder of them) would be copied through and
+    published with the umask's modes: refused in one line, and no version folder is left behind."""
+    secret = tmp_path / "secret"
+    if kind == "file":
+        secret.write_text("key")
+    else:
+        secret.mkdir()
+        (secret / "id_rsa").write_text("key")
+    secret.chmod(0o700 if kind == "folder" else 0o600)
+    folder = adapter(tmp_path, 1)
+    (folder / "extra").symlink_to(secret)
+    reg = Registry(tmp_path / "reg")
+    with pytest.raises(RegistryError, match="holds a symlink \\(extra\\)"):
+        reg.register(folder, FIELDS)
+    assert not (tmp_path / "reg" / "versions").exists() or not any((tmp_path / "reg" / "versions").iterdir())
+    assert reg.events() == []

@@ -231,7 +231,8 @@ def test_new_file_gets_the_umask_mode_not_the_temp_files(tmp_path) -> None:
 
 def test_a_shared_tree_gets_umask_modes_and_its_links_lend_nothing(tmp_path) -> None:
     """What a trainer built in private (mkdtemp 0700, safetensors 0600) is published with the umask's modes; a
-    symlink planted in it (to a private file or folder outside) is neither changed nor followed."""
+    symlink planted in it (to a private file or folder outside) is neither changed nor followed, and a file
+    hard-linked from outside keeps its mode under every name; the tree itself given as a link is left alone."""
     secret, vault = tmp_path / "secret", tmp_path / "vault"
     secret.write_text("key")
     secret.chmod(0o600)
@@ -246,6 +247,7 @@ def test_a_shared_tree_gets_umask_modes_and_its_links_lend_nothing(tmp_path) -> 
     (tree / "sub" / "adapter_model.safetensors").chmod(0o600)
     (tree / "link").symlink_to(secret)
     (tree / "dirlink").symlink_to(vault)
+    os.link(vault / "inner", tree / "hardlink")  # the same file under a name outside the tree
     old = os.umask(0o027)
     try:
         share_tree(tree)
@@ -254,6 +256,21 @@ def test_a_shared_tree_gets_umask_modes_and_its_links_lend_nothing(tmp_path) -> 
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
     assert (mode(tree), mode(tree / "sub"), mode(tree / "sub" / "adapter_model.safetensors")) == (0o750, 0o750, 0o640)
     assert (mode(secret), mode(vault), mode(vault / "inner")) == (0o600, 0o700, 0o600)
+    (tmp_path / "tree-link").symlink_to(vault)
+    share_tree(tmp_path / "tree-link")
+    assert (mode(vault), mode(vault / "inner")) == (0o700, 0o600)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making another user's file needs root")
+def test_another_users_file_in_a_shared_tree_keeps_its_mode(tmp_path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir(mode=0o700)
+    theirs = tree / "theirs"
+    theirs.write_text("x")
+    theirs.chmod(0o600)
+    os.chown(theirs, 65534, 65534)
+    share_tree(tree)
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o600 and stat.S_IMODE(tree.stat().st_mode) != 0o700
 
 
 def test_socket_is_one_line_and_stays_a_socket(tmp_path) -> None:

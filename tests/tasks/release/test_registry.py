@@ -144,6 +144,7 @@ def test_versions_and_exports_are_readable_per_the_umask_not_private(tmp_path, a
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
 
 
+@pytest.mark.slow
 def test_export_gives_what_a_serving_stack_loads(tmp_path, adapters) -> None:
     reg_dir = tmp_path / "r"
     v1 = Registry(reg_dir).register(adapters[0], FIELDS)
