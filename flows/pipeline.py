@@ -251,7 +251,7 @@ def speed_warning(config: RunConfig) -> str | None:
         return None
     return ("--profile full without vLLM: every eval, the curriculum's sampling and GRPO's rollouts run on "
             "transformers (tool_call: about 2 hours on 2 cores, estimated, instead of 42-50 minutes with vLLM); "
-            "`bash deploy/install.sh --with-vllm` adds vLLM")
+            "`bash deploy/install.sh` adds vLLM (it was installed with --without-vllm)")
 
 
 @flow(name="flywheel-run")

@@ -221,8 +221,8 @@ def need_vllm() -> None:
 
     if not vllm_python().exists():
         if os.environ.get("CI"):
-            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh --with-vllm`")
-        pytest.skip("no .venv-vllm here: `bash deploy/install.sh --with-vllm` builds it")
+            pytest.fail("CI must build .venv-vllm: run `bash deploy/install.sh`")
+        pytest.skip("no .venv-vllm here: `bash deploy/install.sh` builds it")
 
 
 def lora_adapter(folder: Path, seed: int) -> Path:

@@ -251,3 +251,16 @@ def test_non_editable_install_in_a_fresh_venv_beside_theirs(tmp_path) -> None:
     probe = run([py, "-P", "-c", PROBE, str(copy), str(site)], copy, env)
     assert probe.strip() == str(site / "verifiers" / "__init__.py")
     generate_and_score(venv / "bin" / "flywheel", outside, env)
+
+
+@pytest.mark.parametrize("option", ["--with-vlm", "--no-vllm", "vllm"])
+def test_install_refuses_an_unknown_option_before_it_installs_anything(tmp_path, option: str) -> None:
+    """README's install builds .venv and .venv-vllm; a mistyped option (meant to skip vLLM, say) is one clear line
+    and exit 1, not a silent 5 GB install of what the user tried to leave out."""
+    (tmp_path / "deploy").mkdir()
+    script = tmp_path / "deploy" / "install.sh"
+    script.write_bytes((REPO / "deploy" / "install.sh").read_bytes())
+    done = subprocess.run(["bash", str(script), option], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip() == f"install.sh: unknown option '{option}' (options: --without-vllm, to skip vLLM)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy"]  # no venv, no wheel folder made

@@ -85,7 +85,7 @@ class VLLMBackend:
             from vllm.platforms import current_platform
         except ImportError:
             raise RuntimeError("backend 'vllm' needs vLLM in this environment, or .venv-vllm "
-                               "(`bash deploy/install.sh --with-vllm`) for the worker process") from None
+                               "(`bash deploy/install.sh`) for the worker process") from None
 
         path = resolve_model(model_ref)
         if is_adapter(path):

@@ -45,7 +45,7 @@ def check_vllm_rollouts(option: str) -> None:
     """What ``--rollout-backend vllm`` (train) and ``--grpo-rollout-backend vllm`` (run) need: vLLM installed;
     ValueError naming ``option`` otherwise."""
     if not vllm_available():
-        raise ValueError(f"{option} vllm needs vLLM: run `bash deploy/install.sh --with-vllm` (or set "
+        raise ValueError(f"{option} vllm needs vLLM: run `bash deploy/install.sh` (or set "
                          "FLYWHEEL_VLLM_PYTHON), or drop the option")
 
 

@@ -48,7 +48,7 @@ class VLLMWorker:
         python = vllm_python()
         if not python.exists():
             raise RuntimeError(f"backend 'vllm' needs vLLM: not importable here and {python} is missing; "
-                               "run `bash deploy/install.sh --with-vllm` (or set FLYWHEEL_VLLM_PYTHON)")
+                               "run `bash deploy/install.sh` (or set FLYWHEEL_VLLM_PYTHON)")
         self.model_id = checkpoint
         self.log = tempfile.NamedTemporaryFile(prefix="flywheel-vllm-", suffix=".log", delete=False)
         env = {**os.environ, "VLLM_CONFIGURE_LOGGING": "1"}

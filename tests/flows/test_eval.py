@@ -182,7 +182,7 @@ def test_eval_bad_options_fail_with_what_to_fix(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_backend_seeds_records_and_eval(tool_dataset, tmp_path) -> None:
-    """vllm.LLM in process in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it)."""
+    """vllm.LLM in process in the .venv-vllm worker (deploy/install.sh builds it; CI always does)."""
     need_vllm()
     _check_seeded(make_backend("vllm", None))
     summary = _eval(tool_dataset, tmp_path / "v", backend="vllm")  # the same worker: models load once per process

@@ -63,7 +63,7 @@ def test_openai_backend_retries_then_names_the_failure() -> None:
 
 @pytest.mark.vllm
 def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
-    """vllm.LLM in the .venv-vllm worker (deploy/install.sh --with-vllm; CI always builds it). The worker is loaded
+    """vllm.LLM in the .venv-vllm worker (deploy/install.sh builds it; CI always does). The worker is loaded
     once per process and shared with tests/flows/test_eval.py's vllm test: one engine start (minutes) for both."""
     need_vllm()
     tools, seeds = catalog

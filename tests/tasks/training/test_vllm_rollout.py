@@ -55,7 +55,7 @@ def test_bad_rollout_backend_options_fail_with_one_clear_line(tool_dataset, tmp_
         TrainConfig(**common | {"rollout_backend": "tpu"})
     monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing" / "python"))
     if __import__("importlib").util.find_spec("vllm") is None:  # vLLM lives in .venv-vllm, not here
-        with pytest.raises(ValueError, match="install.sh --with-vllm"):
+        with pytest.raises(ValueError, match="bash deploy/install.sh`"):
             TrainConfig(**common)
 
 
