@@ -176,9 +176,9 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     profile: Profile = Field(default="default", description="default: the loop in under 20 "
-                                                "minutes on 2 cores; full: about 45 minutes with vLLM installed, 200 "
-                                                "held-out tasks per eval, more SFT and GRPO, and for tool_call the "
-                                                "GRPO recipe that beat SFT (README; options given still win).")
+                             "minutes on 2 cores; full: about 45 minutes with vLLM installed, 200 "
+                             "held-out tasks per eval, more SFT and GRPO, and for tool_call the "
+                             "GRPO recipe that beat SFT (README; options given still win).")
 
     out: str = Field(default="flywheel-run", min_length=1, description="Everything lands here: datasets/, "
                      "eval-baseline/, sft/, grpo/, registry/, summary.md, summary.json.")
@@ -204,7 +204,7 @@ class RunConfig(BaseModel):
     grpo_prompts: int = Field(default=1, ge=1, le=256, description="GRPO prompts per step (each with "
                               "--num-generations completions).")
     lora_targets: LoraTargets = Field(default="attention", description="LoRA on the attention "
-                                                             "projections, or on every linear layer (MLP included).")
+                                      "projections, or on every linear layer (MLP included).")
     grpo_learning_rate: float = Field(default=3e-5, gt=0, le=1.0, description="GRPO learning rate.")
     loss_type: str = "dapo"
     curriculum_samples: int = Field(default=4, ge=0, le=64, description="Curriculum before GRPO: sample each of the "

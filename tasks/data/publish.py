@@ -32,6 +32,7 @@ import polars as pl
 from pydantic import ValidationError
 
 from flywheel.schemas import DatasetManifest
+from flywheel.tasks.files import share_tree
 
 DATA_FILES = ("train.parquet", "heldout.parquet")
 
@@ -94,7 +95,7 @@ def publish(out_dir: Path, name: str, frames: dict[str, pl.DataFrame], manifest_
     root = out_dir / name
     root.mkdir(parents=True, exist_ok=True)
     tmp, lock = _locked_temp(root)
-    tmp.chmod(0o755)  # mkdtemp makes it private; a published version is readable like any folder
+    share_tree(tmp)  # mkdtemp makes it private; a published version gets the umask's modes like any new folder
     try:
         hashes = {}
         for split, df in frames.items():

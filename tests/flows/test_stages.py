@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import stat
 
 import polars as pl
 import pytest
@@ -148,8 +150,14 @@ def test_publish_is_atomic_and_content_addressed(tmp_path, monkeypatch) -> None:
     frames = {"train": _table(3), "heldout": _table(1), "rejected": _table(0)}
     fields = dict(env="tool_call", counts={}, stage_counts={}, reject_reasons={}, params={}, run_seed=1,
                   code_version="x", seeds_hash="y", created_at="now")
-    first = publish(tmp_path, "ds", frames, fields)
+    old = os.umask(0o002)  # a group-shared umask: the published version follows it (mkdtemp's 0700 would not)
+    try:
+        first = publish(tmp_path, "ds", frames, fields)
+    finally:
+        os.umask(old)
     assert read_manifest(first).version == first.name and first.name.startswith("v-")
+    assert stat.S_IMODE(first.stat().st_mode) == 0o775
+    assert stat.S_IMODE((first / "manifest.json").stat().st_mode) == 0o664
     assert publish(tmp_path, "ds", frames, {**fields, "created_at": "later"}) == first
 
     def boom(*a, **k):
