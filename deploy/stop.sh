@@ -18,7 +18,7 @@ stop() {  # signal, name...: signal them, wait up to 30 s for all, then SIGKILL 
   local pids; pids=$(signal "$@")
   for _ in $(seq 60); do
     local alive=0
-    for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    for pid in $pids; do case $(ps -o stat= -p "$pid" 2>/dev/null) in ""|Z*) ;; *) alive=1 ;; esac; done  # zombies are gone
     [ "$alive" = 0 ] && break
     sleep 0.5
   done

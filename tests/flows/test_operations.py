@@ -152,6 +152,34 @@ def test_killed_worker_or_server_then_rerun_loses_and_duplicates_nothing(stack, 
         assert all(s in {"Cached", "Completed"} for s in _task_states(stack, rerun.id).values())
 
 
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def test_start_brings_back_a_process_whose_pid_is_a_zombie(stack) -> None:
+    """A killed process its parent has not reaped yet (a zombie: `kill -0` still succeeds; PID 1 of a container or a
+    slow VM reaps late) is down: start.sh starts a new one instead of saying "already running" (a CI flake)."""
+    pidfile = Path(stack["home"]) / "worker-cpu.pid"
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    zombie = subprocess.Popen(["true"])  # never waited on until the end: a zombie of this process
+    try:
+        for _ in range(100):
+            if _state(zombie.pid) == "Z":
+                break
+            time.sleep(0.05)
+        assert _state(zombie.pid) == "Z"
+        pidfile.write_text(f"{zombie.pid}\n")
+        out = _sh(*stack["start"], env=stack["env"])
+        assert "worker-cpu already running" not in out
+        worker = int(pidfile.read_text())
+        assert worker != zombie.pid and _state(worker) not in (None, "Z")
+    finally:
+        zombie.wait()
+
+
 def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> None:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
