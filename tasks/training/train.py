@@ -222,9 +222,20 @@ def load_tasks(config: TrainConfig, split: str) -> list[Task]:
     return tasks
 
 
+def checkpoint_complete(ckpt: Path) -> bool:
+    """Transformers writes a checkpoint's trainer_state.json after its weights and optimizer, in place: a run killed
+    mid-save leaves it missing, empty or cut."""
+    try:
+        json.loads((ckpt / "trainer_state.json").read_text())
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def last_checkpoint(folder: Path) -> str | None:
+    """The latest complete checkpoint; one killed mid-save is skipped (resuming from it crashed on its state file)."""
     ckpts = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if folder.is_dir() else []
-    return str(ckpts[-1]) if ckpts else None
+    return next((str(c) for c in reversed(ckpts) if checkpoint_complete(c)), None)
 
 
 def _save_adapter(trainer: Any, out: Path, best: Any = None) -> tuple[Path, int | None]:

@@ -17,6 +17,7 @@ from flywheel.schemas import Task
 from flywheel.tasks.data.generate import generate_candidates
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
 from flywheel.tasks.training.episodes import DONE, gold_episode, sft_row
+from flywheel.tasks.training.train import checkpoint_complete
 
 
 def _tasks(n: int) -> list[Task]:
@@ -177,7 +178,7 @@ def test_a_killed_multi_turn_grpo_run_resumes_from_its_checkpoint(workplace_data
            "--refill", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 400
-    while not (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").is_file() and time.time() < deadline:
+    while not checkpoint_complete(out / "checkpoints" / "checkpoint-1") and time.time() < deadline:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)

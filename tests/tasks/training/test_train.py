@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from flywheel.flows.cli import app
 from flywheel.schemas import Task
 from flywheel.tasks.data.validate import reference_completion
-from flywheel.tasks.training.train import TrainConfig, grpo_rows, sft_rows
+from flywheel.tasks.training.train import TrainConfig, checkpoint_complete, grpo_rows, last_checkpoint, sft_rows
 from flywheel.tasks.training.train_log import VerifierReward, trim_log
 
 runner = CliRunner()
@@ -172,7 +172,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(dataset, tmp_path) -> 
            "--eval-limit", "2", "--max-completion-length", "8", "--limit", "8"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 400
-    while not (out / "checkpoints" / "checkpoint-2" / "trainer_state.json").is_file() and time.time() < deadline:
+    while not checkpoint_complete(out / "checkpoints" / "checkpoint-2") and time.time() < deadline:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -366,3 +366,14 @@ def test_curriculum_both_keeps_the_greedy_failures_and_the_sampled_mixed_tasks(t
     with pytest.raises(ValueError, match="mark different tasks"):
         union_marks(str(tmp_path / "greedy.parquet"), str(tmp_path / "other.parquet"), tmp_path / "u.parquet")
     assert dict(pl.read_parquet(out).rows()) == marks, "a refused union leaves the earlier file as it was"
+
+
+def test_a_checkpoint_killed_mid_save_is_not_resumed_from(tmp_path) -> None:
+    """SIGKILL while transformers writes checkpoint-3's trainer_state.json (last, in place) leaves it empty or cut:
+    the resume takes checkpoint-2, the latest complete one (resuming from checkpoint-3 crashed: a CI failure)."""
+    for step, state in ((1, "{}"), (2, '{"global_step": 2}'), (3, '{"global_st'), (4, "")):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    (tmp_path / "checkpoint-5").mkdir()  # killed before its state file
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    assert last_checkpoint(tmp_path / "none") is None
