@@ -12,8 +12,8 @@ production where it was.
 from __future__ import annotations
 
 import json
-import os
 import time
+import uuid
 from pathlib import Path
 
 import polars as pl
@@ -104,7 +104,8 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
              "candidate": f"{version.id} ({candidate_eval})"}
     text = markdown(result, names) + (f"\nOverride: {override}\n" if override and not result.passed else "")
     gates = Path(registry) / "gates"
-    stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{version.id}-{os.getpid()}"
+    # unique per gate: two gates of one version in one second (one process) overwrote each other's report
+    stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{version.id}-{uuid.uuid4().hex[:12]}"
     payload = {"version": version.id, "baseline_eval": baseline_eval, "candidate_eval": candidate_eval,
                "capability": capability or {},
                "config": config.model_dump(), "result": result.model_dump(), "override": override}

@@ -31,6 +31,7 @@ Contract:
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flywheel.verifiers.procs import candidate_processes, stop
-from flywheel.verifiers.sandbox_protocol import Channel, RunResult, SandboxError, converse
+from flywheel.verifiers.sandbox_protocol import Channel, RunResult, SandboxError, converse, limits_error
 
 __all__ = ["Limits", "RunResult", "SandboxError", "bwrap_command", "rlimits", "run_code"]
 
@@ -121,9 +122,23 @@ def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
             "fsize": (limits.file_mb * MB,) * 2, "nproc": (limits.nproc + 1,) * 2, "nofile": (64, 64), "core": (0, 0)}
 
 
+RLIMITS = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,
+           "nproc": resource.RLIMIT_NPROC, "nofile": resource.RLIMIT_NOFILE, "core": resource.RLIMIT_CORE}
+
+
+def host_limits_allow(wanted: dict[str, tuple[int, int]]) -> None:
+    """The harness cannot raise a hard limit it inherits; say so before starting bwrap, whose own forks a low nproc
+    limit can already fail (then the error named bwrap, not the limit), rather than only from inside."""
+    for name, (soft, hard) in wanted.items():
+        here = resource.getrlimit(RLIMITS[name])[1]
+        if here != resource.RLIM_INFINITY and hard > here:
+            raise limits_error(f"{name} {soft}/{hard}: above this process's hard limit (hard limit here: {here})")
+
+
 def run_code(code: str, entry_point: str, inputs: list[list[Any]], limits: Limits | None = None) -> RunResult:
     """Run ``entry_point(*args)`` for every ``args`` in ``inputs`` inside a fresh sandbox."""
     limits = limits or Limits()
+    host_limits_allow(rlimits(limits))
     start = time.monotonic()
     proc = subprocess.Popen(bwrap_command(limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, env={})

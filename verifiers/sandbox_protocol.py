@@ -139,6 +139,11 @@ def _parse(line: bytes | None) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else {}
 
 
+def limits_error(message: str) -> SandboxError:
+    return SandboxError(f"the sandbox could not set its limits: {message}; raise this host's hard limit (`ulimit -H`, "
+                        "the container's or service's limits) or lower the sandbox's")
+
+
 def converse(channel: Channel, code: str, entry_point: str, inputs: list[list[Any]],
              limits: dict[str, tuple[int, int]], result: RunResult) -> str:
     """Drive the harness's protocol, filling ``result``: "finished" when every request was answered, "failed to
@@ -149,8 +154,7 @@ def converse(channel: Channel, code: str, entry_point: str, inputs: list[list[An
     if hello is None:
         return "stopped"
     if _limits_refused(hello):  # written before the candidate's code exists in the sandbox: the harness's own line
-        raise SandboxError(f"the sandbox could not set its limits: {hello['message'][:300]}; raise this host's "
-                           "hard limit (`ulimit -H`, the container's or service's limits) or lower the sandbox's")
+        raise limits_error(hello["message"][:300])
     result.started = True
     if hello != {"event": "hello"}:
         result.tampering = "the sandbox's first line was not the harness's hello"
