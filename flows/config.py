@@ -232,8 +232,9 @@ class RunConfig(BaseModel):
     grpo_replay_focus: ReplayFocus = Field(default="all", description=FOCUS_HELP)
     grpo_replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
     check_interval: int | None = Field(default=None, ge=1, le=100_000, description="GRPO: steps between checks on "
-                                       "the validation slice (default: half of --grpo-steps); on vLLM rollouts a "
-                                       "128-task check takes about 7 s here.")
+                                       "the validation slice (default: half of --grpo-steps; --profile full: 12 "
+                                       "checks, at least 2 steps apart); on vLLM rollouts a 128-task check takes "
+                                       "about 7 s here.")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
@@ -261,7 +262,11 @@ class RunConfig(BaseModel):
         env = data.get("env", cls.model_fields["env"].default)
         known = isinstance(env, str) and env in env_names()
         preset = dict(get_env(env).run_defaults) if known else {}
-        merged = {**preset, **(full_profile(env) if known and data.get("profile") == "full" else {}), **data}
+        full = full_profile(env) if known and data.get("profile") == "full" else {}
+        merged = {**preset, **full, **data}
+        steps = data.get("grpo_steps")  # --grpo-steps alone: the profile's 12 checks (24 steps), not every 2 steps
+        if "check_interval" in full and isinstance(steps, int) and "check_interval" not in data:
+            merged["check_interval"] = max(full["check_interval"], steps // 12)
         if not merged.get("grpo_replay") and "grpo_replay_focus" not in data:
             merged.pop("grpo_replay_focus", None)  # --grpo-replay 0 given: the profile's focus goes with its replay
         return merged
