@@ -106,6 +106,8 @@ class VLLMBackend:
             scheduling = {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, _context(path))}
         if gpu_memory_utilization is None:  # on CPU: the fraction of RAM reserved, checked free at start-up
             gpu_memory_utilization = memory_fraction(os.environ.get("FLYWHEEL_VLLM_MEMORY", "0.3"))
+        if current_platform.is_cpu():
+            scheduling["kv_cache_memory_bytes"] = cpu_kv_bytes(gpu_memory_utilization)
         self.model_id, self.compile_mode, self.dtype = str(path), mode, dtype
         self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0, dtype=dtype,
                        enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
@@ -188,6 +190,16 @@ def memory_fraction(text: str, name: str = "FLYWHEEL_VLLM_MEMORY") -> float:
         raise ValueError(f"{name}={text!r}: the fraction of memory vLLM reserves (on CPU: of RAM) "
                          "must be a number in (0, 1], e.g. 0.3")
     return value
+
+
+def cpu_kv_bytes(fraction: float) -> int:
+    """On CPU, the KV cache's size: ``fraction`` of the RAM of the memory node vLLM's worker allocates on (all of RAM
+    on a one-node machine). vLLM's own reading of the fraction counts the worker's RSS (torch, vLLM and the weights,
+    1.1 GiB for the embedded model) against it: on a VM whose node 0 held 10 of its 24 GiB, 0.1 left -0.12 GiB and
+    every engine start failed. vLLM still checks that the size is free on the node at start-up."""
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+
+    return int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).total_memory * fraction)
 
 
 def _context(checkpoint: Any) -> int:

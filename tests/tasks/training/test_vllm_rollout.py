@@ -3,6 +3,7 @@ sampling the current step's policy, a GRPO run on it, and the bad options."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -61,14 +62,19 @@ def test_bad_rollout_backend_options_fail_with_one_clear_line(tool_dataset, tmp_
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tmp_path) -> None:
+def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tmp_path, monkeypatch) -> None:
     """The engine serves the base until the first sync, then exactly the merged policy (the same greedy ids as a fresh
     engine on the merged export: the prefix cache of the old weights is dropped); same seed, same samples; a GRPO
-    run on it trains and logs its rollout time."""
+    run on it trains and logs its rollout time. Its reservation is 0.4 GiB of the memory node, less than the
+    worker's own RSS (1.1 GiB), which vLLM's reading of the fraction counted against it: every start failed."""
     from flywheel.tasks.inference.hf import HFChatModel
     from flywheel.tasks.training.train import train
 
     need_vllm()
+    meminfo = Path("/sys/devices/system/node/node0/meminfo")  # vLLM's node here: node 0, else all of RAM
+    total = (int(meminfo.read_text().split("MemTotal:")[1].split()[0]) * 1024 if meminfo.is_file()
+             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    monkeypatch.setenv("FLYWHEEL_VLLM_ROLLOUT_MEMORY", f"{0.4 * 2**30 / total:.6f}")
     adapter = lora_adapter(tmp_path / "a", seed=3)
     model, tokenizer = load_causal_lm(adapter)
     hf = HFChatModel.wrap(model, tokenizer, Path("training"))
