@@ -35,8 +35,8 @@ base = ROOT / f"greedy_{tag}"
 curr = ROOT / f"curr_{tag}_{ct}"
 t0 = time.time()
 if not (base / "report.json").exists():
-    eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, seed=0, max_tokens=96, temperature=0.0,
-                           backend=BACKEND))
+    eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, max_tokens=96, temperature=0.0,
+                           seed=int(os.environ.get("GX_EVAL_SEED", "0")), backend=BACKEND))  # both sides: one seed
 BOTH = os.environ.get("GX_CURRICULUM") == "both"  # the greedy failures and the mixed tasks at temperature 1
 FAILURES = os.environ.get("GX_CURRICULUM") == "failures" or BOTH
 mixed = curr
