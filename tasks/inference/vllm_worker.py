@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -34,6 +35,9 @@ _BOOT = ("import runpy, sys, types; m = types.ModuleType('flywheel'); m.__path__
 
 
 WEIGHT_DTYPES = ("bfloat16", "float16", "float32")  # what a READY line may name: weight syncs are cast to it
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+MEMORY_HINT = (" (vLLM's KV cache on CPU is FLYWHEEL_VLLM_MEMORY of the memory node's RAM for evals, default 0.3, and "
+               "FLYWHEEL_VLLM_ROLLOUT_MEMORY for GRPO's rollouts, default 0.1: lower it or free memory)")
 
 
 def vllm_python() -> Path:
@@ -76,11 +80,20 @@ class VLLMWorker:
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait()
-            raise RuntimeError(f"the vLLM worker exited ({self.proc.returncode}): {self._tail()}")
+            cause = self._cause()
+            hint = MEMORY_HINT if "memory" in cause.lower() else ""
+            raise RuntimeError(f"the vLLM worker exited ({self.proc.returncode}): {cause or 'no error line'}{hint}; "
+                               f"its log ends: {self._tail()}")
         return line.strip()
 
     def _tail(self) -> str:
         return Path(self.log.name).read_text(errors="replace")[-1500:]
+
+    def _cause(self) -> str:
+        """The last exception line in the worker's log (``ValueError: ...``, vLLM's ``[rank0]:`` prefix dropped)."""
+        lines = (re.sub(r"^\[rank\d+\]:\s*", "", line).strip()
+                 for line in Path(self.log.name).read_text(errors="replace").splitlines())
+        return next((line for line in reversed(list(lines)) if EXCEPTION_LINE.match(line)), "")
 
     def _call(self, payload: dict[str, Any]) -> Any:
         assert self.proc.stdin is not None

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 
-from conftest import lora_adapter
+from conftest import lora_adapter, need_vllm
 from flywheel.tasks.inference.policy import (
     AUTO_VLLM_MIN_EPISODES,
     AUTO_VLLM_MIN_ROLLOUTS,
@@ -66,6 +67,40 @@ def test_a_worker_that_does_not_say_ready_with_a_dtype_is_stopped_with_what_it_s
     assert "worker log line" in str(err.value), "the worker's log tail goes with the error"
     with pytest.raises(ProcessLookupError):  # stopped, not left waiting on its stdin
         os.kill(int((tmp_path / "pid").read_text()), 0)
+
+
+def test_a_worker_that_exits_at_start_names_its_last_error_line_first(tmp_path, monkeypatch) -> None:
+    from flywheel.tasks.inference.vllm_worker import VLLMWorker
+
+    python = tmp_path / "python"  # what vLLM's engine prints when it dies: a traceback with rank prefixes
+    python.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                      "echo '[rank0]:   File \"core.py\", line 1' >&2\necho '[rank0]: KeyError: 1' >&2\n"
+                      "echo '[rank0]: ValueError: Available memory on node 0 (1/10 GiB) is less' >&2\n"
+                      "echo 'INFO shutting down' >&2\nexit 1\n")
+    python.chmod(0o755)
+    monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(python))
+    with pytest.raises(RuntimeError) as err:
+        VLLMWorker("/no/checkpoint", start_timeout_s=5)
+    first, _, log = str(err.value).partition("; its log ends: ")
+    assert first.startswith("the vLLM worker exited (1): ValueError: Available memory on node 0 (1/10 GiB) is less")
+    assert "FLYWHEEL_VLLM_MEMORY" in first and "FLYWHEEL_VLLM_ROLLOUT_MEMORY" in first  # the knob to turn
+    assert "INFO shutting down" in log
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="vLLM's CPU memory check; a GPU engine differs")
+def test_a_real_engine_asking_for_more_memory_than_is_free_says_so_first() -> None:
+    """All of the node's RAM as KV cache is never free: the real engine's own error, with our knob, comes first."""
+    from flywheel.tasks.inference.models import resolve_model
+    from flywheel.tasks.inference.vllm_worker import VLLMWorker
+
+    need_vllm()
+    with pytest.raises(RuntimeError) as err:
+        VLLMWorker(str(resolve_model(None)), memory=1.0)
+    first = str(err.value).partition("; its log ends: ")[0]
+    assert first.startswith("the vLLM worker exited (1): ValueError: Available memory on node"), first
+    assert "FLYWHEEL_VLLM_MEMORY" in first
 
 
 def test_a_worker_that_says_nothing_is_stopped_at_its_start_timeout(tmp_path, monkeypatch) -> None:
