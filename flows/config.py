@@ -176,7 +176,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     profile: Profile = Field(default="default", description="default: the loop in under 20 "
-                             "minutes on 2 cores; full: about 45 minutes with vLLM installed, 200 "
+                             "minutes on 2 cores; full: 42-60 minutes with vLLM installed, 200 "
                              "held-out tasks per eval, more SFT and GRPO, and for tool_call the "
                              "GRPO recipe that beat SFT (README; options given still win).")
 

@@ -10,7 +10,10 @@ greedy pair needs the same (task, sample, seed) keys). GX_VALIDATION: validation
 steps between checks (default STEPS // 4). GX_ROLLOUT: GRPO's rollout backend (default transformers).
 GX_CURRICULUM=failures: instead of K samples of the first CURRIC_TASKS train tasks, one greedy answer to each of
 them, and GRPO trains on those the start adapter fails (the decisions greedy decoding gets wrong; flat groups are
-redrawn among them); GX_CURRICULUM=both: those and the tasks mixed in 4 samples at temperature 1."""
+redrawn among them); GX_CURRICULUM=both: those and the tasks mixed in 4 samples at temperature 1.
+GX_EVAL_DATASET: the dataset whose held-out tasks the two evals read (default GX_DATASET): GRPO on a fresh
+dataset's train tasks, judged on the start's own held-out. GX_EXCLUDE: a file of task ids (one a line) GRPO never
+trains on (with GX_CURRICULUM failures or both): e.g. the fresh rows that share a 13-gram with those held-out tasks."""
 import json
 import os
 import sys
@@ -27,6 +30,7 @@ from flywheel.tasks.training.train import TrainConfig
 name, start, steps, prompts, lr, temp, ct = sys.argv[1:8]
 steps, prompts, lr, temp, ct = int(steps), int(prompts), float(lr), float(temp), int(ct)
 DS = os.environ["GX_DATASET"]
+EVAL_DS = os.environ.get("GX_EVAL_DATASET", DS)
 BACKEND = os.environ.get("GX_BACKEND", "transformers")
 ROOT = Path(os.environ.get("GX_ROOT", "/tmp/gx"))
 out = ROOT / name
@@ -35,7 +39,7 @@ base = ROOT / f"greedy_{tag}"
 curr = ROOT / f"curr_{tag}_{ct}"
 t0 = time.time()
 if not (base / "report.json").exists():
-    eval_policy(EvalConfig(dataset=DS, out=str(base), model=start, limit=200, max_tokens=96, temperature=0.0,
+    eval_policy(EvalConfig(dataset=EVAL_DS, out=str(base), model=start, limit=200, max_tokens=96, temperature=0.0,
                            seed=int(os.environ.get("GX_EVAL_SEED", "0")), backend=BACKEND))  # both sides: one seed
 BOTH = os.environ.get("GX_CURRICULUM") == "both"  # the greedy failures and the mixed tasks at temperature 1
 FAILURES = os.environ.get("GX_CURRICULUM") == "failures" or BOTH
@@ -55,6 +59,10 @@ if FAILURES:  # train on the greedy failures: mark them "mixed" (kept), the solv
     if BOTH:  # a task kept by either: failed greedily, or mixed at temperature 1 (flywheel run --curriculum both)
         skip = union_marks(str(skip), str(mixed / "per_task.parquet"), curr / "train_on_both.parquet")
     marks = pl.read_parquet(skip, columns=["task_id", "mark"])
+    if os.environ.get("GX_EXCLUDE"):  # never trained on, whatever the curriculum said
+        out_ids = Path(os.environ["GX_EXCLUDE"]).read_text(encoding="utf-8").split()
+        marks = marks.with_columns(mark=pl.when(pl.col("task_id").is_in(out_ids)).then(pl.lit("always"))
+                                   .otherwise(pl.col("mark")))
     skip = curr / ("train_on_both.parquet" if BOTH else "train_on_failures.parquet")
     marks.with_columns(mark=pl.when(pl.col("mark") == "always").then(pl.lit("always")).otherwise(pl.lit("mixed"))
                        ).write_parquet(skip)
@@ -72,7 +80,7 @@ cfg = TrainConfig(dataset=DS, out=str(out), method="grpo", model=start, skip_tas
                   beta=float(os.environ.get("GX_BETA", "0")), replay_weight=float(os.environ.get("GX_REPLAY", "0")),
                   replay_rows=int(os.environ.get("GX_REPLAY_ROWS", "16")),
                   replay_focus=os.environ.get("GX_REPLAY_FOCUS", "all"))
-ev = EvalConfig(dataset=DS, out=str(out / "eval"), limit=200, seed=int(os.environ.get("GX_EVAL_SEED", "0")),
+ev = EvalConfig(dataset=EVAL_DS, out=str(out / "eval"), limit=200, seed=int(os.environ.get("GX_EVAL_SEED", "0")),
                 max_tokens=96, temperature=0.0, backend=BACKEND)  # GX_EVAL_SEED: a flywheel run's --seed, to pair
 res = train_policy(cfg, ev)
 t2 = time.time()
