@@ -42,7 +42,8 @@ def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "
 
 @flow(name="flywheel-run", persist_result=True)
 def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: Profile = "default",
-                   n: int | None = None, eval_limit: int | None = None, sft_steps: int | None = None,
+                   n: int | None = None, heldout_fraction: float | None = None, eval_limit: int | None = None,
+                   sft_steps: int | None = None,
                    sft_batch_size: int | None = None, sft_learning_rate: float | None = None,
                    grpo_steps: int | None = None, grpo_prompts: int | None = None,
                    grpo_learning_rate: float | None = None, num_generations: int | None = None,

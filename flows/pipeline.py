@@ -167,9 +167,10 @@ def _checkpoint(config: RunConfig, grpo: TrainResult, dataset: str) -> str:
     return f"GRPO checkpoint: {where}. Training flags: {flags}."
 
 
-def _cap_check(config: RunConfig, evaluation: EvalConfig) -> tuple[list[str], str]:
-    """The evals' held-out tasks whose gold answer the --max-tokens cap cuts (they cannot be solved), and a line
-    for the summary; logged as a warning, since every before/after figure is capped by it."""
+def _cap_check(config: RunConfig, evaluation: EvalConfig) -> tuple[list[str], str, int]:
+    """The evals' held-out tasks whose gold answer the --max-tokens cap cuts (they cannot be solved), a line for
+    the summary (logged as a warning, since every before/after figure is capped by it) and how many tasks each eval
+    reads (--eval-limit, or fewer where held-out has fewer)."""
     from prefect.logging import get_run_logger
     from transformers import AutoTokenizer
 
@@ -180,12 +181,13 @@ def _cap_check(config: RunConfig, evaluation: EvalConfig) -> tuple[list[str], st
     tasks = load_split(evaluation)[0]
     over = over_cap(tasks, AutoTokenizer.from_pretrained(resolve_model(None)), config.max_tokens)
     if not over:
-        return over, f"Every gold answer of the {len(tasks)} held-out tasks fits --max-tokens {config.max_tokens}."
+        return over, f"Every gold answer of the {len(tasks)} held-out tasks fits --max-tokens {config.max_tokens}.", \
+            len(tasks)
     line = (f"{len(over)} of the {len(tasks)} held-out tasks have a gold answer longer than --max-tokens "
             f"{config.max_tokens} (they cannot be solved; raise --max-tokens): {', '.join(i[:12] for i in over[:5])}"
             f"{' ...' if len(over) > 5 else ''}.")
     get_run_logger().warning(line)
-    return over, line
+    return over, line, len(tasks)
 
 
 def _capability(config: RunConfig, adapter: str) -> dict[str, tuple[str, str]]:
@@ -263,12 +265,13 @@ def run_pipeline(config: RunConfig) -> RunSummary:
 
         get_run_logger().warning(warning)
     gen = run_generate(GenerateConfig(env=config.env, n=config.n, seed=config.seed, out=str(out / "datasets"),
-                                      workers=config.workers, dask_address=config.dask_address))
+                                      heldout_fraction=config.heldout_fraction, workers=config.workers,
+                                      dask_address=config.dask_address))
     dataset = gen.version_dir
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
                             seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature,
                             prefix_cache=config.prefix_cache, backend=config.eval_backend)
-    over, cap_line = _cap_check(config, evaluation)
+    over, cap_line, n_eval = _cap_check(config, evaluation)
     baseline = eval_policy(evaluation)
     evals = {"baseline": EvalSummary(report=baseline.report, metrics=baseline.metrics)}
     model, parent, stages = None, None, {}
@@ -286,7 +289,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
                        for c in gate.checks if c.name == "capability_success") or "not checked"
     wall = round(time.perf_counter() - t0, 1)
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
-            f"the first {config.eval_limit} held-out tasks, same seeds, temperature {config.temperature}; 95% "
+            f"the first {n_eval} held-out tasks, same seeds, temperature {config.temperature}; 95% "
             f"bootstrap intervals over tasks. {cap_line}\n\n{table(evals)}\n"
             f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'], dataset)}\n\nCandidate: {why}.\n\n"
             f"General capability (held-out success on envs not trained on, base -> candidate): {others}.\n\n"

@@ -110,6 +110,7 @@ def run_(
     seed: int = option(RunConfig, "seed"),
     env: str = option(RunConfig, "env"),
     n: int = option(RunConfig, "n", "--n"),
+    heldout_fraction: float = option(RunConfig, "heldout_fraction"),
     eval_limit: int = option(RunConfig, "eval_limit"),
     sft_steps: int = option(RunConfig, "sft_steps"),
     grpo_steps: int = option(RunConfig, "grpo_steps"),

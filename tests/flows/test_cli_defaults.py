@@ -104,6 +104,11 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     full = RunConfig(profile="full")  # tool_call: the sizes and the GRPO recipe measured on it
     assert {k: getattr(full, k) for k in FULL_PROFILE | FULL_TOOL_RECIPE} == FULL_PROFILE | FULL_TOOL_RECIPE
     assert full.eval_limit >= 200 and full.curriculum == "both" and full.grpo_replay_focus == "tools"
+    # tool_call's gate reads 1,000 held-out tasks (enough to resolve GRPO's +0.01 over SFT), and half of its rows
+    # are held out so that there are that many; the other envs keep 200 of a fifth (their evals cost more)
+    assert full.eval_limit == 1000 and full.n * full.heldout_fraction >= full.eval_limit
+    assert [(c.eval_limit, c.heldout_fraction) for c in (RunConfig(profile="full", env="math"), RunConfig())] \
+        == [(200, 0.2), (48, 0.2)]
     assert RunConfig(profile="full", eval_limit=300, grpo_steps=2).model_dump(include={"eval_limit", "grpo_steps"}) \
         == {"eval_limit": 300, "grpo_steps": 2}
     assert RunConfig().eval_limit == 48 and RunConfig().grpo_learning_rate == 3e-5  # the default profile is untouched

@@ -184,10 +184,11 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
     out = Path(stack["home"]) / "runs" / "tiny"
-    params = {"out": str(out), "n": 40, "eval_limit": 4, "sft_steps": 2, "grpo_steps": 1, "num_generations": 2,
-              "max_tokens": 16, "gpu_pool": "gpu", "curriculum_samples": 2, "curriculum_tasks": 4,
-              "validation_tasks": 2, "capability_tasks": 2, "refill": 0, "grpo_learning_rate": 5e-5,
-              "grpo_replay": 1.0, "grpo_replay_rows": 2, "check_interval": 1}  # the last four reach GRPO's config
+    params = {"out": str(out), "n": 40, "heldout_fraction": 0.3, "eval_limit": 4, "sft_steps": 2, "grpo_steps": 1,
+              "num_generations": 2, "max_tokens": 16, "gpu_pool": "gpu", "curriculum_samples": 2,
+              "curriculum_tasks": 4, "validation_tasks": 2, "capability_tasks": 2, "refill": 0,
+              "grpo_learning_rate": 5e-5, "grpo_replay": 1.0, "grpo_replay_rows": 2,
+              "check_interval": 1}  # the last four reach GRPO's config
     run = _wait(stack, _trigger(stack, "flywheel-run/end-to-end", params).id, timeout=900)
     assert run.state.is_completed(), run.state.message
     with _client(stack) as client:
@@ -201,6 +202,7 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
             and summary["gate"]["version"] == summary["stages"][summary["promoted_stage"]]["version"])
     grpo = json.loads((out / "grpo" / "train_config.json").read_text())
     assert [grpo[k] for k in ("learning_rate", "replay_weight", "replay_rows", "eval_interval")] == [5e-5, 1, 2, 1]
+    assert json.loads((Path(summary["dataset"]) / "manifest.json").read_text())["params"]["heldout_fraction"] == 0.3
     assert (out / "registry").is_dir() and "gate-report" in _artifacts(stack, next(
         c.id for c in children if deployments.get(c.deployment_id) == "gate@cpu"))
 
