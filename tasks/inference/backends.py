@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from flywheel.tasks.inference.protocol import (
@@ -48,6 +49,23 @@ class TransformersBackend:
                                "length" if x.completion_tokens >= sampling.max_tokens else "stop")
                     for r, x in zip(batch, replies)]
         return out
+
+
+def _cpu_engine(path: Path, dtype: str, fraction: float) -> tuple[str, dict[str, Any]]:
+    """vLLM on CPU: the dtype to serve in and the engine's scheduling and KV-cache arguments."""
+    # the engine core and its worker would be two more spawned processes, each importing torch and vLLM (15-20 s of
+    # start-up) and the worker computing on one core; in process it uses all cores
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # vLLM's "auto" casts fp32 checkpoints to bf16 on every CPU; without AVX512-BF16/AMX that is emulated and 5x
+    # slower than fp32
+    dtype = dtype if dtype != "auto" else os.environ.get("FLYWHEEL_VLLM_DTYPE",
+                                                          "auto" if _cpu_has_bf16() else "float32")
+    # vLLM 0.32 rewinds a seeded request's generator when its prompt's prefill is split across steps (chunked
+    # prefill), which a CPU generator cannot do: a sampled call whose prompts passed 4,096 tokens in all failed ("CPU
+    # Generator does not use offset"). Whole prompts only, so the step budget holds the longest. The KV cache: the
+    # fraction of the memory node's RAM, in bytes (vLLM reads the fraction less the worker's RSS on CPU).
+    return dtype, {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, _context(path)),
+                   "kv_cache_memory_bytes": cpu_kv_bytes(fraction)}
 
 
 class VLLMBackend:
@@ -91,23 +109,12 @@ class VLLMBackend:
         if is_adapter(path):
             raise ValueError(f"{path} is a PEFT adapter: the vllm backend needs a merged checkpoint "
                              "(`flywheel registry export --merged`), or use --backend transformers")
-        dtype, scheduling = dtype or os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto"), {}
-        if current_platform.is_cpu():
-            # the engine core and its worker would be two more spawned processes, each importing torch and vLLM
-            # (15-20 s of start-up) and the worker computing on one core; in process it uses all cores
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-            # vLLM's "auto" casts fp32 checkpoints to bf16 on every CPU; without AVX512-BF16/AMX that is emulated
-            # and 5x slower than fp32
-            dtype = dtype if dtype != "auto" else os.environ.get("FLYWHEEL_VLLM_DTYPE",
-                                                                  "auto" if _cpu_has_bf16() else "float32")
-            # vLLM 0.32 rewinds a seeded request's generator when its prompt's prefill is split across steps (chunked
-            # prefill), which a CPU generator cannot do: a sampled call whose prompts passed 4,096 tokens in all
-            # failed ("CPU Generator does not use offset"). Whole prompts only, so the step budget holds the longest.
-            scheduling = {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, _context(path))}
+        dtype = dtype or os.environ.get("FLYWHEEL_VLLM_DTYPE", "auto")
         if gpu_memory_utilization is None:  # on CPU: the fraction of RAM reserved, checked free at start-up
             gpu_memory_utilization = memory_fraction(os.environ.get("FLYWHEEL_VLLM_MEMORY", "0.3"))
+        scheduling: dict[str, Any] = {}
         if current_platform.is_cpu():
-            scheduling["kv_cache_memory_bytes"] = cpu_kv_bytes(gpu_memory_utilization)
+            dtype, scheduling = _cpu_engine(path, dtype, gpu_memory_utilization)
         self.model_id, self.compile_mode, self.dtype = str(path), mode, dtype
         self.llm = LLM(model=self.model_id, gpu_memory_utilization=gpu_memory_utilization, seed=0, dtype=dtype,
                        enable_prefix_caching=os.environ.get("FLYWHEEL_VLLM_PREFIX_CACHE", "1") != "0",
