@@ -27,12 +27,12 @@ LoraTargets = Literal["attention", "all-linear"]
 Curriculum = Literal["mixed", "failures", "both"]
 ReplayFocus = Literal["all", "tools"]
 RunBackend = Literal["auto", "transformers", "vllm"]
-MAX_ROWS = 10_000_000
+MAX_ROWS = 10_000_000  # generate --n: 100x the 100k-row bench flow
 BACKEND_HELP = ("auto: vllm when it is installed (.venv-vllm or importable) and the eval has at least 100 rollouts, "
                 "else transformers | transformers | vllm (an adapter is served merged into its base) | openai")
 PREFIX_CACHE_HELP = ("transformers backend: prefill a prompt prefix shared by several requests once and reuse its KV "
-                     "cache (and an agent's from step to step); --no-prefix-cache prefills every prompt whole (the "
-                     "old path, for comparison).")  # generate --n: 100x the 100k-row bench flow
+                     "cache (and an agent's from step to step); GRPO's updates run the prompt prefix a pass shares "
+                     "once; --no-prefix-cache prefills every prompt whole (the old paths, for comparison).")
 
 
 def check_parent(folder: str) -> None:

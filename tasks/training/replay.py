@@ -8,14 +8,15 @@ answers of every tool keeps what SFT taught on the others. InstructGPT's PPO-ptx
 into PPO for the same reason.
 
 Contract:
-- ``Replay(tokenizer, tasks, seed, rows, weight)``: ``nll(model, step, parts)`` draws this step's ``rows`` tasks
-  from ``tasks`` under a seed of (seed, step) (the same draw on a resumed run), takes this accumulation pass's
+- ``Replay(tokenizer, tasks, seed, rows, weight, shared)``: ``nll(model, step, parts)`` draws this step's ``rows``
+  tasks from ``tasks`` under a seed of (seed, step) (the same draw on a resumed run), takes this accumulation pass's
   share of them (pass k of ``parts`` takes rows k, k + parts, ...) and returns the mean token negative
   log-likelihood of their reference completions under ``model``: the prompt rendered as the rollouts render it,
   the completion the reference answer and its end-of-sequence token, the loss on the completion tokens only
   (multi-turn: the gold episode's assistant turns, ``episodes.sft_row``); the LM head runs on those tokens only
-  (``completion_nll``: the same value as the model's own loss). ``take()`` gives the step's mean as
-  ``replay_nll``.
+  (``completion_nll``: the same value as the model's own loss); with ``shared`` (the default) the rows' common
+  prefix (system turn and tools) runs once for all of them (``shared_prefix.prefix_nll``). ``take()`` gives the
+  step's mean as ``replay_nll``.
 - ``same_tools(pool, trained)``: the pool's tasks calling a tool the trained tasks call (``--replay-focus
   tools``): GRPO on a few failures moves those tools' decisions both ways (trained to find a contact by ``name``, it
   starts to use ``name`` for companies too); replaying those tools' other answers holds the other side.
@@ -31,6 +32,7 @@ from typing import Any
 
 from flywheel.schemas import Task
 from flywheel.tasks.inference.protocol import batch_seed
+from flywheel.tasks.training.shared_prefix import prefix_nll
 
 REPLAY_HELP = ("GRPO: weight of an SFT loss on reference answers added to every update (0: none); the answers are "
                "drawn per step from every train task, those --skip-tasks leaves out included, so GRPO's updates "
@@ -82,8 +84,9 @@ def completion_nll(model: Any, ids: Any, attention: Any, labels: Any) -> Any:
 
 
 class Replay:
-    def __init__(self, tokenizer: Any, tasks: list[Task], seed: int, rows: int, weight: float) -> None:
-        self.tokenizer, self.pool, self.seed = tokenizer, sorted(tasks, key=lambda t: t.id), seed
+    def __init__(self, tokenizer: Any, tasks: list[Task], seed: int, rows: int, weight: float,
+                 shared: bool = True) -> None:
+        self.tokenizer, self.pool, self.seed, self.shared = tokenizer, sorted(tasks, key=lambda t: t.id), seed, shared
         self.rows, self.weight = min(rows, len(tasks)), weight
         self.encoded: dict[str, tuple[list[int], list[int]]] = {}
         self.calls: dict[int, int] = {}
@@ -110,7 +113,9 @@ class Replay:
         attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows], device=model.device)
         labels = torch.tensor([[t if m else -100 for t, m in zip(i, mask)] + [-100] * (width - len(i))
                                for i, mask in rows], device=model.device)
-        loss = completion_nll(model, ids, attention, labels)
+        loss = prefix_nll(model, ids, attention, labels) if self.shared else None
+        if loss is None:
+            loss = completion_nll(model, ids, attention, labels)
         self.values.append(float(loss.detach()))
         return loss
 

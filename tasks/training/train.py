@@ -134,7 +134,9 @@ class TrainConfig(BaseModel):
     success_threshold: float = Field(default=1.0, gt=-1.0, le=1.0)
     save_steps: int = Field(default=10, ge=1)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    prefix_cache: bool = True  # GRPO rollouts and held-out checks: prefill each prompt once for its G completions
+    # GRPO rollouts and held-out checks prefill each prompt once for its G completions; GRPO's updates and replay
+    # run a pass's shared prompt prefix once (shared_prefix.py). False: the old paths, for comparison
+    prefix_cache: bool = True
     refill: int = Field(default=2, ge=0, le=64)  # GRPO: redraw a group whose G rewards are all equal, this many times
     reward: RewardKind = Field(default="verifier", description=REWARD_HELP)
     replay_weight: float = Field(default=0.0, ge=0.0, le=100.0, description=REPLAY_HELP)
@@ -328,6 +330,10 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
         from flywheel.tasks.training.replay import replay_trainer
 
         GRPOTrainer = replay_trainer(GRPOTrainer, replay)  # noqa: N806 (TRL's trainer plus the replay loss)
+    if config.prefix_cache:
+        from flywheel.tasks.training.shared_prefix import shared_prefix_trainer
+
+        GRPOTrainer = shared_prefix_trainer(GRPOTrainer)  # noqa: N806 (each pass's shared prompt prefix once)
     return GRPOTrainer(model=model, reward_funcs=[reward], args=args,
                        train_dataset=Dataset.from_list(grpo_rows(tasks)),
                        processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks, rollout_func=rollout)
@@ -407,7 +413,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
         pool = load_tasks(config.model_copy(update={"skip_tasks": None, "limit": None}), "train")
         if config.replay_focus == "tools":
             pool = same_tools(pool, tasks)
-        replay = Replay(tokenizer, pool, config.seed, config.replay_rows, config.replay_weight)
+        replay = Replay(tokenizer, pool, config.seed, config.replay_rows, config.replay_weight, config.prefix_cache)
     counters = [reward, *rollout_counters, *([replay] if replay else [])] if config.method == "grpo" else []
     log = TrainLog(out / "metrics.jsonl", probe, config.eval_interval, counters, notify, best)
     common = {"output_dir": str(out / "checkpoints"), "max_steps": config.max_steps,
