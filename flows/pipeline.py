@@ -252,7 +252,7 @@ def speed_warning(config: RunConfig) -> str | None:
     if config.profile != "full" or vllm_available():
         return None
     return ("--profile full without vLLM: every eval, the curriculum's sampling and GRPO's rollouts run on "
-            "transformers (tool_call: about 2.5 hours on 2 cores, estimated, instead of 45-63 minutes with "
+            "transformers (tool_call: about 2.5 hours on 2 cores, estimated, instead of 45-56 minutes with "
             "vLLM); "
             "`bash deploy/install.sh` adds vLLM (it was installed with --without-vllm)")
 

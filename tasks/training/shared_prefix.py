@@ -61,21 +61,24 @@ def rotary(model: Any) -> bool:
 
 def plan(rows: list[list[int]], limits: list[int]) -> list[tuple[list[int], int]] | None:
     order = sorted(range(len(rows)), key=lambda b: rows[b])  # rows sharing a prefix are adjacent
+    size, cap = [len(rows[b]) for b in order], [limits[b] for b in order]
     near = [common_prefix(rows[a], rows[b]) for a, b in zip(order, order[1:])]
-
-    def group(i: int, j: int) -> tuple[int, int]:  # order[i:j]: its shared prefix and its cost in tokens
-        shared = min(near[i:j - 1] + [limits[order[k]] for k in range(i, j)]) if j - i > 1 else 0
-        shared = shared if shared >= MIN_SHARED else 0
-        return shared, OVERHEAD + shared + (j - i) * max(len(rows[order[k]]) - shared for k in range(i, j))
-
-    best: list[tuple[int, int]] = [(0, 0)]  # best[j]: the least cost of order[:j] and where its last group starts
+    best = [(0, 0, 0)]  # best[j]: the least cost of order[:j], where its last group starts, that group's prefix
     for j in range(1, len(rows) + 1):
-        best.append(min((best[i][0] + group(i, j)[1], i) for i in range(j)))
-    cuts, j = [], len(rows)
+        options, common, longest = [], cap[j - 1], size[j - 1]
+        for i in range(j - 1, -1, -1):  # the group order[i:j]: its prefix, longest row and cost in tokens
+            if i < j - 1:
+                common = min(common, near[i], cap[i])
+            longest = max(longest, size[i])
+            shared = common if i < j - 1 and common >= MIN_SHARED else 0
+            options.append((best[i][0] + OVERHEAD + shared + (j - i) * (longest - shared), i, shared))
+        best.append(min(options))
+    groups, j = [], len(rows)
     while j:
-        cuts.append((best[j][1], j))
-        j = best[j][1]
-    groups = [([order[k] for k in range(i, j)], group(i, j)[0]) for i, j in reversed(cuts)]
+        _, i, shared = best[j]
+        groups.append(([order[k] for k in range(i, j)], shared))
+        j = i
+    groups.reverse()
     return groups if any(shared for _, shared in groups) else None
 
 
@@ -132,7 +135,7 @@ def grpo_logps(model: Any, ids: Any, mask: Any, keep: int, entropy: bool) -> tup
     for part in groups:
         out = part_pass(model, _inner(model).base_model, part, labels=part.labels, fused_lm_head=True)
         # the head's outputs are shifted (position t scores token t + 1): completion token k is at start + k - 1
-        at = (part.starts[:, None] - 1 + torch.arange(keep, device=ids.device)).clamp(max=out.log_probs.size(1) - 1)
+        at = (part.starts[:, None] - 1 + torch.arange(keep, device=ids.device)).clamp(0, out.log_probs.size(1) - 1)
         completion = mask[part.rows, -keep:].bool()
         logps.append(torch.where(completion, out.log_probs.gather(1, at), 0.0))
         if entropy:
