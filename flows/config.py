@@ -154,7 +154,11 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32
 # lower bound <= 0), 1,000 tasks SFT and GRPO never saw could (+0.009 [+0.002, +0.017], RESULTS.md). So half of
 # 2,000 rows is held out (the train side keeps the ~870 rows SFT's 232 steps were sized for) and every eval reads
 # 1,000 of them: 3.4 minutes more on a slow VM (63:16; seed 0 read +0.000 [-0.009, +0.010], 12 fixed, 12 broken).
-FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 24,
+# GRPO takes 4 prompts a step for 12 steps (the same 48 prompts as 24 x 2, about the same time): each update sees
+# both sides of more decisions. From one SFT adapter (0.953) two draws read +0.010 [+0.001, +0.019] (step 12 of 24)
+# and +0.008 [+0.002, +0.014] (this recipe, seed 1, step 4); 24 x 2 read +0.000 and -0.001 from an SFT of 0.955
+# (RESULTS.md, "GRPO with 4 prompts a step").
+FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 12, "grpo_prompts": 4,
                     "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 1200, "grpo_replay": 8.0,
                     "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 2,
                     "grpo_rollout_backend": "auto"}
@@ -239,7 +243,7 @@ class RunConfig(BaseModel):
     grpo_replay_focus: ReplayFocus = Field(default="all", description=FOCUS_HELP)
     grpo_replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
     check_interval: int | None = Field(default=None, ge=1, le=100_000, description="GRPO: steps between checks on "
-                                       "the validation slice (default: half of --grpo-steps; --profile full: 12 "
+                                       "the validation slice (default: half of --grpo-steps; --profile full: 6 "
                                        "checks, at least 2 steps apart); on vLLM rollouts a 128-task check takes "
                                        "about 7 s here.")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
@@ -271,9 +275,9 @@ class RunConfig(BaseModel):
         preset = dict(get_env(env).run_defaults) if known else {}
         full = full_profile(env) if known and data.get("profile") == "full" else {}
         merged = {**preset, **full, **data}
-        steps = data.get("grpo_steps")  # --grpo-steps alone: the profile's 12 checks (24 steps), not every 2 steps
+        steps = data.get("grpo_steps")  # --grpo-steps alone: the profile's 6 checks (12 steps), not every 2 steps
         if "check_interval" in full and isinstance(steps, int) and "check_interval" not in data:
-            merged["check_interval"] = max(full["check_interval"], steps // 12)
+            merged["check_interval"] = max(full["check_interval"], steps // 6)
         if not merged.get("grpo_replay") and "grpo_replay_focus" not in data:
             merged.pop("grpo_replay_focus", None)  # --grpo-replay 0 given: the profile's focus goes with its replay
         return merged

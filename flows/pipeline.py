@@ -160,7 +160,7 @@ def validation_size(config: RunConfig, dataset: str) -> int:
 def _checkpoint(config: RunConfig, grpo: TrainResult, dataset: str) -> str:
     size = validation_size(config, dataset)
     step = (f"step {grpo.selected_step} of {config.grpo_steps}" if grpo.selected_step else
-            f"step 0 of {config.grpo_steps} (the start adapter: no GRPO checkpoint beat it)")
+            f"step 0 of {config.grpo_steps} (the start adapter: every GRPO checkpoint read below it)")
     where = (f"{step}, the best on {size} validation tasks held apart from train" if size and config.validation_tasks
              else f"the last ({config.grpo_steps} steps)")
     flags = "; ".join(f"{f['flag']} at step {f['step']} ({f['detail']})" for f in grpo.flags) or "none"

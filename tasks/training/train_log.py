@@ -14,7 +14,7 @@ Contract:
   and at the last step (never with interval 0) the held-out or validation metrics; with ``best``
   (``selection.Best``) a validation check that beats the best so far saves the adapter (``"best": true``), and a
   check row, and the last step's row, carry the ``flags`` of ``selection.drift_flags``. With ``best``, the start
-  policy is checked first, as step 0, so "no training step beat the start" can win the selection. ``notify``
+  policy is checked first, as step 0, so "every training step read below the start" can keep it. ``notify``
   (e.g. a Prefect logger) gets each line too.
 """
 
@@ -118,8 +118,9 @@ class TrainLog(TrainerCallback):
         self.rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        """With checkpoint selection, check the start policy first (step 0): when no checkpoint beats it on the
-        validation slice, the start adapter is the result (no training step helped). A resumed run has its row."""
+        """With checkpoint selection, check the start policy first (step 0): when every later checkpoint reads below
+        it on the validation slice, the start adapter is the result (no training step helped). A resumed run has
+        its row."""
         if self.best is None or not self.interval or any(r.get("step") == 0 for r in self.rows):
             return
         self._write({"step": 0, **self._check(0, model)})

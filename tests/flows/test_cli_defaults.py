@@ -104,6 +104,8 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     full = RunConfig(profile="full")  # tool_call: the sizes and the GRPO recipe measured on it
     assert {k: getattr(full, k) for k in FULL_PROFILE | FULL_TOOL_RECIPE} == FULL_PROFILE | FULL_TOOL_RECIPE
     assert full.eval_limit >= 200 and full.curriculum == "both" and full.grpo_replay_focus == "tools"
+    # GRPO: 12 updates of 4 prompts x 8 completions (the 48 prompts of 24 x 2, with both sides of more decisions)
+    assert (full.grpo_steps, full.grpo_prompts * full.num_generations) == (12, 32)
     # tool_call's gate reads 1,000 held-out tasks (enough to resolve GRPO's +0.01 over SFT), and half of its rows
     # are held out so that there are that many; the other envs keep 200 of a fifth (their evals cost more)
     assert full.eval_limit == 1000 and full.n * full.heldout_fraction >= full.eval_limit
@@ -112,8 +114,8 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     assert RunConfig(profile="full", eval_limit=300, grpo_steps=2).model_dump(include={"eval_limit", "grpo_steps"}) \
         == {"eval_limit": 300, "grpo_steps": 2}
     assert RunConfig().eval_limit == 48 and RunConfig().grpo_learning_rate == 3e-5  # the default profile is untouched
-    # a longer GRPO keeps the profile's number of checks (12), not its interval; a given interval wins
-    assert [RunConfig(profile="full", grpo_steps=s).check_interval for s in (2, 24, 30, 100)] == [2, 2, 2, 8]
+    # a longer GRPO keeps the profile's number of checks (6), not its interval; a given interval wins
+    assert [RunConfig(profile="full", grpo_steps=s).check_interval for s in (2, 12, 24, 100)] == [2, 2, 4, 16]
     assert RunConfig(profile="full", grpo_steps=100, check_interval=1).check_interval == 1
     assert RunConfig(grpo_steps=100).check_interval is None  # the default profile: half of --grpo-steps
     # --grpo-replay 0 drops the profile's replay focus with it (instead of refusing a focus the user never gave)

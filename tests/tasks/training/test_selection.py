@@ -41,7 +41,7 @@ def test_the_best_validation_checkpoint_is_kept_and_installed(lora, tmp_path) ->
     _bump(lora, 1.0)
     assert best.keep(2, {"val_success": 0.5, "val_reward": 0.6}, lora)
     _bump(lora, 2.0)
-    assert not best.keep(4, {"val_success": 0.5, "val_reward": 0.6}, lora)  # a tie: the earlier one stays
+    assert not best.keep(4, {"val_success": 0.5, "val_reward": 0.59}, lora)  # equal success, lower reward
     assert not best.keep(6, {"val_success": 0.25, "val_reward": 0.9}, lora)
     kept = _adapter(tmp_path / "best-2")
     assert stat.S_IMODE((tmp_path / "best-2").stat().st_mode) == 0o777 & ~_umask()  # not mkdtemp's 0700
@@ -53,6 +53,21 @@ def test_the_best_validation_checkpoint_is_kept_and_installed(lora, tmp_path) ->
     resumed = Best(tmp_path)
     resumed.drop_after(1)  # resumed from checkpoint-1: the best of step 2 is not this run's any more
     assert resumed.install(final) is None and Best(tmp_path).record is None and not (tmp_path / "best-2").exists()
+
+
+def test_a_tie_goes_to_the_later_checkpoint(lora, tmp_path) -> None:
+    """Equal validation success and reward: the later, more trained checkpoint is kept (validation cannot tell
+    them apart; the gate's paired test against the SFT parent decides); the start adapter stays only when every
+    later check reads below it."""
+    best = Best(tmp_path)
+    _bump(lora, 0.0)
+    assert best.keep(0, {"val_success": 0.5, "val_reward": 0.6}, lora)
+    _bump(lora, 3.0)
+    assert best.keep(12, {"val_success": 0.5, "val_reward": 0.6}, lora)
+    assert Best(tmp_path).record["step"] == 12 and _adapter(tmp_path / "best-12") != _adapter(tmp_path / "best-0")
+    final = tmp_path / "final"
+    lora.save_pretrained(str(final))
+    assert Best(tmp_path).install(final) == 12 and _adapter(final) == _adapter(tmp_path / "best-12")
 
 
 def test_a_resumed_run_falls_back_to_the_best_before_its_checkpoint(lora, tmp_path) -> None:

@@ -157,7 +157,7 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     assert shown["training"]["config"]["loss_type"] == "gspo" and shown["metrics"]["success_rate"]["value"] is not None
     log = json.loads((tmp_path / "grpo" / "train_log.json").read_text())
     assert log["base_model"] == str(tmp_path / "sft" / "adapter") and len(log["history"]) == 3
-    if best == 0:  # no GRPO step beat the start on the validation slice: the start adapter is the result
+    if best == 0:  # every GRPO step read below the start on the validation slice: the start adapter is the result
         assert (tmp_path / "grpo" / "adapter" / "adapter_model.safetensors").read_bytes() == \
             (tmp_path / "sft" / "adapter" / "adapter_model.safetensors").read_bytes()
     assert "trained 2 steps" in grpo.output
