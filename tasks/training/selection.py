@@ -4,8 +4,8 @@ Contract:
 - The validation slice is the last ``n`` train tasks by id (``train.load_tasks``; never trained on); the periodic
   checks run on it (keys ``val_*``), so the gate's held-out tasks never choose a checkpoint.
 - ``Best(folder)``: ``keep(step, metrics, model)`` saves the model's adapter to ``folder/best-<step>`` (a temp
-  folder renamed in) and then lists it in ``folder/best.json`` when its validation success (then reward) beats the
-  best so far; ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from (the best
+  folder renamed in) and then lists it in ``folder/best.json`` when its validation success (then reward) matches or
+  beats the best so far; ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from (the best
   before it is the best again); ``install(adapter)`` replaces the final adapter with the best one. The later
   checkpoint wins a tie on both success and reward (more training that validation cannot tell from the best: over
   full SFT a 128-task slice reads GRPO's +0.01 on 1,000 held-out tasks as a tie, RESULTS.md), a lower reward at
