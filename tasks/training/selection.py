@@ -5,13 +5,13 @@ Contract:
   checks run on it (keys ``val_*``), so the gate's held-out tasks never choose a checkpoint.
 - ``Best(folder)``: ``keep(step, metrics, model)`` saves the model's adapter to ``folder/best-<step>`` (a temp
   folder renamed in) and then lists it in ``folder/best.json`` when its validation success (then reward) matches or
-  beats the best so far; ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from (the best
-  before it is the best again); ``install(adapter)`` replaces the final adapter with the best one. The later
-  checkpoint wins a tie on both success and reward (more training that validation cannot tell from the best: over
-  full SFT a 128-task slice reads GRPO's +0.01 on 1,000 held-out tasks as a tie, RESULTS.md), a lower reward at
-  equal success does not; training checks the start adapter first, as step 0 (``TrainLog``), so the start adapter
-  is the result only when every later check reads below it. The gate's paired test of GRPO against its SFT parent
-  then decides which of the two is promoted.
+  beats the best so far; ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts
+  from (the best before it is the best again); ``install(adapter)`` replaces the final adapter with the best one.
+  The later checkpoint wins a tie on both success and reward (more training that validation cannot tell from the
+  best: over full SFT a 128-task slice reads GRPO's +0.01 on 1,000 held-out tasks as a tie, RESULTS.md), a lower
+  reward at equal success does not; training checks the start adapter first, as step 0 (``TrainLog``), so the
+  start adapter is the result only when every later check reads below it. The gate's paired test of GRPO against
+  its SFT parent then decides which of the two is promoted.
 - ``drift_flags(rows, at_end)``: at a check row (validation, or held-out without a validation slice) and at the
   last step (``at_end``, so a run without checks is flagged too), what went wrong since the previous check or the
   first step:

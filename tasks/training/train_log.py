@@ -12,10 +12,10 @@ Contract:
   step, step time (for GRPO split into ``rollout_s``, generation and environment, and ``update_s``, the rest), the
   trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
   and at the last step (never with interval 0) the held-out or validation metrics; with ``best``
-  (``selection.Best``) a validation check that matches or beats the best so far saves the adapter (``"best": true``), and a
-  check row, and the last step's row, carry the ``flags`` of ``selection.drift_flags``. With ``best``, the start
-  policy is checked first, as step 0, so "every training step read below the start" can keep it. ``notify``
-  (e.g. a Prefect logger) gets each line too.
+  (``selection.Best``) a validation check that matches or beats the best so far saves the adapter
+  (``"best": true``), and a check row, and the last step's row, carry the ``flags`` of ``selection.drift_flags``.
+  With ``best``, the start policy is checked first, as step 0, so "every training step read below the start" can
+  keep it. ``notify`` (e.g. a Prefect logger) gets each line too.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ class TrainLog(TrainerCallback):
         self._write({"step": 0, **self._check(0, model)})
 
     def _check(self, step: int, model: Any) -> dict[str, Any]:
-        """The held-out or validation metrics now; a validation check that matches or beats the best so far saves the adapter."""
+        """The held-out or validation metrics now; a validation check that matches or beats the best so far saves
+        the adapter."""
         t0 = time.perf_counter()
         checks = self.heldout(model, step)
         row = checks | {"heldout_eval_s": round(time.perf_counter() - t0, 3)}
