@@ -4,14 +4,14 @@ Contract:
 - The validation slice is the last ``n`` train tasks by id (``train.load_tasks``; never trained on); the periodic
   checks run on it (keys ``val_*``), so the gate's held-out tasks never choose a checkpoint.
 - ``Best(folder)``: ``keep(step, metrics, model)`` saves the model's adapter to ``folder/best-<step>`` (a temp
-  folder renamed in) and then lists it in ``folder/best.json`` when its validation success (then reward) matches or
-  beats the best so far; ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts
-  from (the best before it is the best again); ``install(adapter)`` replaces the final adapter with the best one.
-  The later checkpoint wins a tie on both success and reward (more training that validation cannot tell from the
-  best: over full SFT a 128-task slice reads GRPO's +0.01 on 1,000 held-out tasks as a tie, RESULTS.md), a lower
-  reward at equal success does not; training checks the start adapter first, as step 0 (``TrainLog``), so the
-  start adapter is the result only when every later check reads below it. The gate's paired test of GRPO against
-  its SFT parent then decides which of the two is promoted.
+  folder renamed in) and then lists it in ``folder/best.json`` when its validation success, then its margin score
+  (``val_margin``, ``margins.py``; the reward for a check without one), matches or beats the best so far;
+  ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from (the best before it is
+  the best again); ``install(adapter)`` replaces the final adapter with the best one. Over full SFT a 128-task
+  slice reads GRPO's +0.01 and -0.013 on 1,000 held-out tasks as success ties (RESULTS.md): the margin score ranks
+  them. The later checkpoint wins an exact tie, a lower score at equal success does not; training checks the start
+  adapter first, as step 0 (``TrainLog``), so the start adapter is the result only when every later check reads
+  below it. The gate's paired test of GRPO against its SFT parent then decides which of the two is promoted.
 - ``drift_flags(rows, at_end)``: at a check row (validation, or held-out without a validation slice) and at the
   last step (``at_end``, so a run without checks is flagged too), what went wrong since the previous check or the
   first step:
@@ -67,8 +67,9 @@ class Best:
             shutil.rmtree(self._dir(b["step"]), ignore_errors=True)
 
     def keep(self, step: int, metrics: dict[str, float], model: Any) -> bool:
-        score = (metrics["val_success"], metrics["val_reward"])
-        if self.record and score < (self.record["success"], self.record["reward"]):
+        key = "margin" if "val_margin" in metrics else "reward"  # success ties: the smooth score (margins.py)
+        score = (metrics["val_success"], metrics[f"val_{key}"])
+        if self.record and score < (self.record["success"], self.record.get(key, float("-inf"))):
             return False  # a tie goes to the later checkpoint
         tmp = Path(tempfile.mkdtemp(prefix=".best-tmp-", dir=self.folder))
         try:
@@ -79,7 +80,8 @@ class Best:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self.bests.append({"step": step, "success": score[0], "reward": score[1]})
+        self.bests.append({"step": step, "success": score[0], "reward": metrics["val_reward"],
+                           **({"margin": metrics["val_margin"]} if key == "margin" else {})})
         self._write()  # the record comes last: best.json never names an adapter that is not whole
         return True
 

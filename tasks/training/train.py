@@ -9,7 +9,9 @@ Contract:
   step: loss, step time, for GRPO the training reward and the invalid-output and unsafe-action rates of the
   step's completions, and every ``eval_interval`` steps (and at the last) the held-out reward, success,
   invalid-output and unsafe-action rates of the model being trained (``eval_limit`` held-out tasks, one sample
-  each, the rollout seeds ``flywheel eval`` uses).
+  each, the rollout seeds ``flywheel eval`` uses); on a validation slice (``validation`` > 0) also ``val_margin``,
+  the mean sigmoid of the reference answers' teacher-forced margins (``margins.py``), which checkpoint selection
+  ranks success ties by (``selection.Best``).
 - Multi-turn envs (workplace): SFT on the gold episodes (``episodes.py``: the reference calls replayed in a fresh
   session and rendered as the agent loop renders them, the loss on the assistant turns only); held-out checks run
   agent episodes. GRPO on multi-turn: one completion is one whole episode in its own fresh session (``episodes.py``,
@@ -42,6 +44,7 @@ from flywheel.schemas import Task
 from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.files import share_tree, write_text_atomic
+from flywheel.tasks.training.margins import margin_score, reference_margins
 from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 from flywheel.tasks.training.rollout import prompt
@@ -402,10 +405,15 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
         where = {"check_backend": "vllm" if engine is not None else "transformers"}
         # validation: greedy, as the gate's evals decode, so the checkpoint chosen is the one they would rank
         sampling = {"temperature": 0.0, "prefix": "val"} if config.validation else {}
-        return where | heldout_metrics(m, tokenizer, checks, config.seed, config.max_completion_length,
-                                       config.success_threshold, prefix_cache=config.prefix_cache,
-                                       max_steps=AGENT_STEPS if get_env(checks[0].env).multi_turn else 1,
-                                       engine=engine, **sampling)
+        rates = heldout_metrics(m, tokenizer, checks, config.seed, config.max_completion_length,
+                                config.success_threshold, prefix_cache=config.prefix_cache,
+                                max_steps=AGENT_STEPS if get_env(checks[0].env).multi_turn else 1,
+                                engine=engine, **sampling)
+        if config.validation:  # a smooth score beside greedy success: selection ranks success ties by it
+            t0 = time.perf_counter()
+            rates["val_margin"] = round(margin_score(reference_margins(m, tokenizer, checks)), 5)
+            rates["margin_s"] = round(time.perf_counter() - t0, 3)
+        return where | rates
     replay = None
     if config.method == "grpo" and config.replay_weight:  # every train task but the validation slice
         from flywheel.tasks.training.replay import Replay, same_tools

@@ -70,6 +70,21 @@ def test_a_tie_goes_to_the_later_checkpoint(lora, tmp_path) -> None:
     assert Best(tmp_path).install(final) == 12 and _adapter(final) == _adapter(tmp_path / "best-12")
 
 
+def test_a_success_tie_is_ranked_by_the_margin_score(lora, tmp_path) -> None:
+    """Checks with a margin score (margins.py): it ranks equal validation success, whatever the reward says; success
+    still comes first. A record written without one (an older run resumed) loses a success tie to a scored check."""
+    best = Best(tmp_path)
+    assert best.keep(0, {"val_success": 0.96, "val_reward": 0.99, "val_margin": 0.90}, lora)
+    assert not best.keep(2, {"val_success": 0.96, "val_reward": 0.995, "val_margin": 0.89}, lora)
+    assert best.keep(4, {"val_success": 0.96, "val_reward": 0.98, "val_margin": 0.91}, lora)
+    assert not best.keep(6, {"val_success": 0.95, "val_reward": 1.0, "val_margin": 0.99}, lora)
+    assert Best(tmp_path).record == {"step": 4, "success": 0.96, "reward": 0.98, "margin": 0.91}
+    old = tmp_path / "old"
+    old.mkdir()
+    assert Best(old).keep(0, {"val_success": 0.5, "val_reward": 0.9}, lora)
+    assert Best(old).keep(2, {"val_success": 0.5, "val_reward": 0.1, "val_margin": 0.5}, lora)
+
+
 def test_a_resumed_run_falls_back_to_the_best_before_its_checkpoint(lora, tmp_path) -> None:
     """Bests at steps 2 and 6, killed before checkpoint 6 was saved: resumed from checkpoint 4, the best is step 2's
     again (as in the uninterrupted run at step 4), and a worse check at the redone step 6 does not displace it."""

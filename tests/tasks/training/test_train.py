@@ -134,14 +134,18 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
                                *common])
     assert grpo.exit_code == 0, grpo.output
     rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    start = rows[0]
     # checks on the 2 validation tasks (never the held-out ones), the start adapter's first (step 0); the best of
     # them is the adapter
     assert [r["step"] for r in rows] == [0, 1, 2] and all("val_success" in r and "heldout_reward" not in r
                                                           for r in rows)
     assert {r["check_backend"] for r in rows} == {"transformers"}  # rollouts in the trainer: so are the checks
     assert rows[0]["best"] is True and (tmp_path / "grpo" / "best.json").is_file() and "loss" not in rows[0]
+    assert all(0 < r["val_margin"] < 1 and r["margin_s"] > 0 for r in rows)  # selection's tie-break (margins.py)
     rows = rows[1:]
-    best = json.loads((tmp_path / "grpo" / "best.json").read_text())["bests"][-1]["step"]
+    record = json.loads((tmp_path / "grpo" / "best.json").read_text())["bests"][-1]
+    best = record["step"]
+    assert record["margin"] == next(r["val_margin"] for r in [start, *rows] if r["step"] == best)
     assert (tmp_path / "grpo" / "adapter" / "adapter_model.safetensors").read_bytes() == \
         (tmp_path / "grpo" / f"best-{best}" / "adapter_model.safetensors").read_bytes()
     assert all("reward" in r and 0 <= r["train_invalid_rate"] <= 1 and r["step_time_s"] > 0 for r in rows)
