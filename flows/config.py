@@ -157,7 +157,8 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32
 # GRPO takes 4 prompts a step for 12 steps (the same 48 prompts as 24 x 2, about the same time): each update sees
 # both sides of more decisions. From one SFT adapter (0.953) two draws read +0.010 [+0.001, +0.019] (step 12 of 24)
 # and +0.008 [+0.002, +0.014] (this recipe, seed 1, step 4), a third -0.013 [-0.021, -0.005] (seed 2: the pick
-# against SFT catches it); 24 x 2 read +0.000 and -0.001 from an SFT of 0.955 (RESULTS.md, "... 12 steps").
+# against SFT catches it, and selection's margin score now reads it below the start); 24 x 2 read +0.000 and -0.001
+# from an SFT of 0.955 (RESULTS.md, "... 12 steps", "A smooth validation score").
 FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 12, "grpo_prompts": 4,
                     "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 1200, "grpo_replay": 8.0,
                     "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 2,
