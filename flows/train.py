@@ -32,7 +32,8 @@ from flywheel.verifiers import get_verifier
 
 GPU_LIMIT = "gpu"
 COLUMNS = ("step", "loss", "reward", "train_invalid_rate", "train_unsafe_rate", "step_time_s", "heldout_reward",
-           "heldout_success", "heldout_invalid_rate", "heldout_unsafe_rate", "val_reward", "val_success", "best")
+           "heldout_success", "heldout_invalid_rate", "heldout_unsafe_rate", "val_reward", "val_success", "val_margin",
+           "best")
 
 
 @task(name="train-adapter", tags=["gpu"], cache_policy=NO_CACHE)
