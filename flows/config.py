@@ -246,8 +246,8 @@ class RunConfig(BaseModel):
     grpo_replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
     check_interval: int | None = Field(default=None, ge=1, le=100_000, description="GRPO: steps between checks on "
                                        "the validation slice (default: half of --grpo-steps; --profile full: 6 "
-                                       "checks, at least 2 steps apart); on vLLM rollouts a 128-task check takes "
-                                       "about 7 s here.")
+                                       "checks, at least 2 steps apart); a 128-task check on vLLM rollouts takes "
+                                       "7-40 s (greedy) plus 40 s on the slowest VM (the margin score).")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")
