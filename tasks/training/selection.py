@@ -43,6 +43,10 @@ class Best:
         try:
             bests = json.loads(path.read_text(encoding="utf-8"))["bests"] if path.is_file() else []
             self.bests: list[dict[str, Any]] = [b for b in bests if self._dir(int(b["step"])).is_dir()]
+            for b in self.bests:  # the scores keep() compares: numbers, or a check minutes in fails on them
+                scores = [b["success"], b["reward"], *([b["margin"]] if "margin" in b else [])]
+                if not all(type(v) in (int, float) for v in scores):
+                    raise TypeError(f"step {b['step']} has a score that is not a number")
         except (ValueError, KeyError, TypeError) as exc:  # written atomically by us: only a hand edit breaks it
             raise ValueError(f"{path} is not a checkpoint-selection record ({type(exc).__name__}: {exc}); delete "
                              f"it and the best-<step>/ folders beside it to select again from the next check, "

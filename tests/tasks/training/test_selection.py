@@ -138,8 +138,15 @@ def test_length_and_format_drift_are_flagged_without_a_validation_slice() -> Non
     assert drift_flags(_rows([0.1, 0.2, 0.3, 0.4], [], prefix=None), at_end=True) == []  # healthy
 
 
-@pytest.mark.parametrize("text", ["{not json", '{"bests": 3}', '{"other": []}', '{"bests": [{"step": "x"}]}'])
+@pytest.mark.parametrize("text", ["{not json", '{"bests": 3}', '{"other": []}', '{"bests": [{"step": "x"}]}',
+                                  '{"bests": [{"step": 2, "success": "0.9", "reward": 0.9}]}',
+                                  '{"bests": [{"step": 2, "success": 0.9, "reward": 0.9, "margin": "high"}]}',
+                                  '{"bests": [{"step": 2, "success": 0.9, "reward": null}]}',
+                                  '{"bests": [{"step": 2, "success": true, "reward": 0.9}]}',
+                                  '{"bests": [{"step": 2, "reward": 0.9}]}'])
 def test_a_hand_edited_best_record_is_one_clear_error(tmp_path, text) -> None:
+    """Caught when the run starts, not at its first check minutes in (a score that is not a number)."""
+    (tmp_path / "best-2").mkdir()
     (tmp_path / "best.json").write_text(text)
     with pytest.raises(ValueError, match="is not a checkpoint-selection record .* delete it"):
         Best(tmp_path)
