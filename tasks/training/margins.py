@@ -55,16 +55,10 @@ def margin_score(margins: list[float]) -> float:
 def _batch(model: Any, rows: list[tuple[list[int], list[int]]]) -> list[float]:
     import torch
 
+    from flywheel.tasks.training.replay import padded
     from flywheel.tasks.training.shared_prefix import part_pass, parts, rotary
 
-    width, device = max(len(ids) for ids, _ in rows), model.device
-    ids = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-    mask = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for b, (row, scored) in enumerate(rows):
-        ids[b, :len(row)] = torch.tensor(row, device=device)
-        mask[b, :len(row)] = 1
-        labels[b, :len(row)] = torch.where(torch.tensor(scored, device=device) == 1, ids[b, :len(row)], -100)
+    ids, mask, labels = padded(rows, 0, model.device)
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: LoRA layers sit inside
     groups = parts(ids, mask, labels, pad=0) if rotary(model) else None
     margins = [0.0] * len(rows)

@@ -106,13 +106,8 @@ class Replay:
         for t in tasks:
             if t.id not in self.encoded:
                 self.encoded[t.id] = encode(self.tokenizer, t)
-        rows = [self.encoded[t.id] for t in tasks]
-        width = max(len(ids) for ids, _ in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows], device=model.device)
-        attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows], device=model.device)
-        labels = torch.tensor([[t if m else -100 for t, m in zip(i, mask)] + [-100] * (width - len(i))
-                               for i, mask in rows], device=model.device)
+        ids, attention, labels = padded([self.encoded[t.id] for t in tasks], pad, model.device)
         loss = prefix_nll(model, ids, attention, labels) if self.shared else None
         if loss is None:
             loss = completion_nll(model, ids, attention, labels)
@@ -123,6 +118,18 @@ class Replay:
         out = {"replay_nll": round(sum(self.values) / len(self.values), 5)} if self.values else {}
         self.values = []
         return out
+
+
+def padded(rows: list[tuple[list[int], list[int]]], pad: int, device: Any) -> tuple[Any, Any, Any]:
+    """``encode`` rows right-padded to one width: token ids, attention mask, labels (the scored tokens, -100 else)."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows], device=device)
+    attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows], device=device)
+    labels = torch.tensor([[t if m else -100 for t, m in zip(i, mask, strict=True)] + [-100] * (width - len(i))
+                           for i, mask in rows], device=device)
+    return ids, attention, labels
 
 
 def replay_trainer(cls: type, replay: Replay) -> type:
