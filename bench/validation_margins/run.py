@@ -29,7 +29,8 @@ config = TrainConfig(**json.loads((run / "grpo" / "train_config.json").read_text
 tasks = load_tasks(config, "validation")
 frames, results = [], []
 done = pl.read_parquet(out / "margins.parquet") if (out / "margins.parquet").is_file() else None
-before = {r["name"]: r for r in json.loads((out / "result.json").read_text())["rows"]} if done is not None else {}
+old = out / "result.json"  # the reused margins' timings
+before = {r["name"]: r for r in json.loads(old.read_text())["rows"]} if done is not None and old.is_file() else {}
 
 
 def score_delta(first: list[float], margins: list[float], k: float) -> tuple[float, float]:
