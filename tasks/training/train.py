@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -49,9 +49,11 @@ from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 from flywheel.tasks.training.rollout import prompt
 from flywheel.tasks.training.selection import Best
-from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
 from flywheel.verifiers.envs import env_names, get_env
+
+if TYPE_CHECKING:  # train_log imports transformers' Trainer (6 s): `TrainConfig` and the CLI must not wait for it
+    from flywheel.tasks.training.train_log import VerifierReward
 
 AGENT_STEPS = 6  # held-out agent episodes stop here, as `flywheel eval --max-steps` does by default
 
@@ -366,6 +368,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     from transformers.utils import logging as hf_logging
 
     from flywheel.tasks.inference.models import adapter_base, fingerprint, is_adapter, load_causal_lm, resolve_model
+    from flywheel.tasks.training.train_log import TrainLog, VerifierReward, heldout_metrics, trim_log
 
     hf_logging.disable_progress_bar()  # progress goes to metrics.jsonl and ``notify``, not to bars on stderr
     datasets.disable_progress_bars()

@@ -19,6 +19,20 @@ def test_help(command: str) -> None:
     assert result.exit_code == 0 and "Usage" in result.output
 
 
+def test_the_cli_starts_without_the_heavy_libraries() -> None:
+    """Every `flywheel` command (and each CLI call in the tests) imports the CLI first: torch, transformers, TRL,
+    Prefect or vLLM loaded there cost 7 s on this VM before anything runs (train.py imported transformers' Trainer
+    for a help string). Commands import what they run when they run it."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, flywheel.flows.cli; print(sorted({m.split('.')[0] for m in sys.modules} & "
+             "{'torch', 'transformers', 'trl', 'peft', 'prefect', 'vllm', 'datasets', 'great_expectations', "
+             "'distributed', 'polars'}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("flywheel ")

@@ -22,7 +22,8 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
            "--curriculum-tasks", "4", "--capability-tasks", "2", "--grpo-replay", "0.5",
-           "--grpo-replay-focus", "tools", "--grpo-replay-rows", "3", "--check-interval", "1"]
+           "--grpo-replay-focus", "tools", "--grpo-replay-rows", "3", "--check-interval", "1",
+           "--validation-tasks", "2"]  # two checks (steps 0 and 1) of 2 tasks: selection runs, checks cost little
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     summary = json.loads((out / "summary.json").read_text())
     passed = summary["gate"]["passed"]
