@@ -3,7 +3,8 @@ the same 1,000 held-out tasks by the gate's test (bench/RESULTS.md, issue 17).
 python run.py RUN OUT KEY=VALUE...: RUN is a `flywheel run --profile full` folder; its grpo/train_config.json is
 the recipe (curriculum file, validation slice, seed, rollouts on vLLM), KEY=VALUE overrides TrainConfig fields
 (e.g. replay_focus=step); the held-out eval is the profile's (vLLM, greedy, seed 0, 96 tokens) and pairs with
-RUN/sft/eval."""
+RUN/sft/eval. eval_dataset=VERSION trains on another dataset's train tasks (dataset=...) and still judges on the
+run's held-out tasks."""
 import json
 import sys
 import time
@@ -19,14 +20,18 @@ from flywheel.tasks.training.train import TrainConfig
 
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
 recipe = json.loads((run / "grpo" / "train_config.json").read_text(encoding="utf-8"))
+judge = recipe["dataset"]
 for kv in sys.argv[3:]:
     key, value = kv.split("=", 1)
+    if key == "eval_dataset":
+        judge = value
+        continue
     recipe[key] = type(recipe[key])(value) if recipe.get(key) is not None else value
 recipe["out"] = str(out)
 sft = json.loads((run / "sft" / "eval" / "report.json").read_text(encoding="utf-8"))
 t0 = time.time()
 res = train_policy(TrainConfig(**recipe), EvalConfig(
-    dataset=recipe["dataset"], out=str(out / "eval"), limit=sft["n_tasks"], seed=sft["seed"],
+    dataset=judge, out=str(out / "eval"), limit=sft["n_tasks"], seed=sft["seed"],
     max_tokens=sft["sampling"]["max_tokens"], temperature=0.0, backend=sft["model"]["backend"]))
 _, a, _, b = load_evals(str(run / "sft" / "eval"), str(out / "eval"))
 p = paired(a, b)
