@@ -52,7 +52,7 @@ from flywheel.tasks.training.selection import Best
 from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
 from flywheel.verifiers.envs import env_names, get_env
 
-if TYPE_CHECKING:  # train_log imports transformers' Trainer (6 s): `TrainConfig` and the CLI must not wait for it
+if TYPE_CHECKING:  # train_log imports transformers' Trainer (7 s): `TrainConfig` and the CLI must not wait for it
     from flywheel.tasks.training.train_log import VerifierReward
 
 AGENT_STEPS = 6  # held-out agent episodes stop here, as `flywheel eval --max-steps` does by default
