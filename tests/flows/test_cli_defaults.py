@@ -114,8 +114,8 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     assert RunConfig(profile="full", eval_limit=300, grpo_steps=2).model_dump(include={"eval_limit", "grpo_steps"}) \
         == {"eval_limit": 300, "grpo_steps": 2}
     assert RunConfig().eval_limit == 48 and RunConfig().grpo_learning_rate == 3e-5  # the default profile is untouched
-    # a longer GRPO keeps the profile's number of checks (6), not its interval; a given interval wins
-    assert [RunConfig(profile="full", grpo_steps=s).check_interval for s in (2, 12, 24, 100)] == [2, 2, 4, 16]
+    # a longer GRPO keeps the profile's number of checks (3 after the start), not its interval; a given one wins
+    assert [RunConfig(profile="full", grpo_steps=s).check_interval for s in (2, 12, 24, 100)] == [4, 4, 8, 33]
     assert RunConfig(profile="full", grpo_steps=100, check_interval=1).check_interval == 1
     assert RunConfig(grpo_steps=100).check_interval is None  # the default profile: half of --grpo-steps
     # --grpo-replay 0 drops the profile's replay focus with it (instead of refusing a focus the user never gave)
