@@ -2,7 +2,6 @@
 or a near duplicate, the split's own check), so neither GRPO, its replay nor its validation slice sees them
 (bench/RESULTS.md, "GRPO on a fresh pool of phrasings").
 python clean.py GATE_VERSION FRESH_VERSION OUT_VERSION"""
-import hashlib
 import json
 import shutil
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from flywheel.tasks.data.dedupe import NearDupParams
-from flywheel.tasks.data.publish import content_hash
+from flywheel.tasks.data.publish import content_hash, file_sha256
 from flywheel.tasks.data.split import contamination
 
 gate, fresh, out = map(Path, sys.argv[1:4])
@@ -22,7 +21,7 @@ kept = train.filter(pl.Series([not f for f in flags]))
 shutil.copytree(fresh, out)
 kept.write_parquet(out / "train.parquet")
 manifest = json.loads((fresh / "manifest.json").read_text(encoding="utf-8"))
-manifest["files"]["train.parquet"] = hashlib.sha256((out / "train.parquet").read_bytes()).hexdigest()
+manifest["files"]["train.parquet"] = file_sha256(out / "train.parquet")
 manifest["counts"]["train"] = kept.height
 manifest["content_hash"] = content_hash(manifest["files"])
 (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
