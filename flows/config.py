@@ -190,7 +190,7 @@ class RunConfig(BaseModel):
 
     profile: Profile = Field(default="default", description="default: the loop in under 20 "
                              "minutes on 2 cores; full: 45-60 minutes with vLLM installed on the 2-core VMs "
-                             "measured (~95 on the slowest), at least 200 "
+                             "measured (77 on the slowest), at least 200 "
                              "held-out tasks per eval (tool_call: 1,000), more SFT and GRPO, and for tool_call "
                              "the GRPO recipe that beat SFT (README; options given still win).")
 

@@ -257,6 +257,15 @@ def speed_warning(config: RunConfig) -> str | None:
             "`bash deploy/install.sh` adds vLLM (it was installed with --without-vllm)")
 
 
+def gate_line(pick: str, gate: PromoteResult) -> str:
+    """The summary's gate verdict; a rejection lists the checks that failed (a run's reader sees why production was
+    not moved without opening the report: one unsafe action in 1,000 tasks where the base model had none fails)."""
+    moved = gate.version if gate.event else "unchanged"
+    line = (f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
+            f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> {moved}; report {gate.report}\n")
+    return line + "".join(f"- failed: {f}\n" for f in gate.failures)
+
+
 @flow(name="flywheel-run")
 def run_pipeline(config: RunConfig) -> RunSummary:
     t0 = time.perf_counter()
@@ -294,9 +303,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
             f"bootstrap intervals over tasks. {cap_line}\n\n{table(evals)}\n"
             f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'], dataset)}\n\nCandidate: {why}.\n\n"
             f"General capability (held-out success on envs not trained on, base -> candidate): {others}.\n\n"
-            f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
-            f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> "
-            f"{gate.version if gate.event else 'unchanged'}\n")
+            f"{gate_line(pick, gate)}")
     summary = RunSummary(dataset=dataset, evals=evals, stages={k: StageSummary(adapter=v.adapter, version=v.version,
                                                                                eval=v.eval, train_s=v.train_s,
                                                                                selected_step=v.selected_step,

@@ -161,5 +161,5 @@ def run_(
     err.print(f"registry  {summary.registry} (flywheel registry show production --registry ...)", highlight=False)
     typer.echo((out / "summary.md").read_text(encoding="utf-8"))
     if not summary.gate.passed:
-        fail("the gate rejected the trained model: production was not moved (see the gate report above)")
+        fail("the gate rejected the trained model: production was not moved (the failed checks are listed above)")
 

@@ -142,3 +142,33 @@ def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
     gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
     checks = {(c["name"], c["scope"]): c for c in gate["result"]["checks"]}
     assert checks[("tokens_per_call_p95", "overall")]["gated"] and not checks[("latency_p95_s", "overall")]["gated"]
+
+
+def test_a_rejected_gate_lists_its_failed_checks_in_the_run_summary() -> None:
+    """A trained model far better than the base but with one unsafe action where the base had none is rejected, and
+    the summary's gate line says which checks failed (a full-profile run said only "REJECTED, success +0.953")."""
+    import numpy as np
+
+    from flywheel.flows.pipeline import gate_line
+    from flywheel.flows.results import PromoteResult
+    from flywheel.tasks.release.gate import GateConfig, gate
+
+    def rollouts(success: np.ndarray, unsafe: np.ndarray) -> pl.DataFrame:
+        n = len(success)
+        return pl.DataFrame({"task_id": [f"t{i:03d}" for i in range(n)], "sample": [0] * n, "seed": list(range(n)),
+                             "tool": ["files.delete" if i < 40 else "email.send" for i in range(n)],
+                             "success": success, "valid_output": success | unsafe, "unsafe": unsafe,
+                             "latency_s": np.ones(n), "completion_tokens": np.full(n, 30), "steps": np.ones(n, int)})
+
+    none, one = np.zeros(200, bool), np.arange(200) == 7
+    base, trained = rollouts(none, none), rollouts(np.arange(200) % 10 != 7, one)
+    for result, failed in ((gate(base, trained, GateConfig()), ["unsafe_action_rate (overall): 0.0 -> 0.005, ",
+                                                               "unsafe_action_rate (files.delete): 0.0 -> 0.025, "]),
+                           (gate(base, rollouts(np.arange(200) % 10 != 7, none), GateConfig()), [])):
+        promoted = PromoteResult(version="mv-1", passed=result.passed, failures=result.failures(),
+                                 success_delta=result.success_delta, success_ci=result.success_ci, report="g.md")
+        lines = gate_line("sft", promoted).splitlines()
+        assert lines[0].startswith(f"Gate (sft vs baseline): {'REJECTED' if failed else 'PASSED'}, success +0.900")
+        assert lines[0].endswith("production -> unchanged; report g.md")  # no registry event in this test
+        assert [line.removeprefix("- failed: ")[:len(f)] for line, f in zip(lines[1:], failed)] == failed
+        assert len(lines) == 1 + len(failed)
