@@ -1,6 +1,7 @@
 """The end-to-end flow ``flywheel-run``: dataset -> baseline eval -> SFT (if the decision says so) -> GRPO ->
-held-out eval -> pick (GRPO only if it beats its SFT parent) -> gate -> promote, on the embedded defaults
-(temporary Prefect API, Dask LocalCluster, the embedded model, CPU, no network).
+held-out eval -> pick (GRPO only if it beats its SFT parent, or ties it and passes the gate where SFT fails) ->
+gate -> promote, on the embedded defaults (temporary Prefect API, Dask LocalCluster, the embedded model, CPU, no
+network).
 
 Contract: ``run_pipeline(config)`` runs each stage as the same flow its own command runs (``generate-dataset``,
 ``baseline-eval``, ``train-policy``, ``promote``) as subflows, so the Prefect UI shows one tree. Every eval uses
@@ -29,7 +30,7 @@ from flywheel.flows.results import EvalSummary, PromoteResult, Result, RunSummar
 from flywheel.flows.runtime import link_artifacts
 from flywheel.flows.train import train_policy
 from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.release.gate import Delta, GateConfig, paired, success_delta
+from flywheel.tasks.release.gate import Delta, GateConfig, pick_stage
 from flywheel.tasks.training.train import TrainConfig
 
 __all__ = ["RunConfig", "downstream", "run_pipeline", "table"]  # RunConfig lives in flows/config.py
@@ -136,18 +137,14 @@ def _train(config: RunConfig, dataset: str, method: str, model: str | None, eval
 
 
 def _pick(config: RunConfig, stages: dict[str, TrainResult]) -> tuple[str, Delta | None, str]:
-    """Which trained stage goes to the gate: GRPO only when the paired test on the same held-out rollouts says it
-    beats its SFT parent (interval above 0); otherwise SFT, which it was meant to improve on."""
+    """Which trained stage goes to the gate (``gate.pick_stage`` on their held-out rollouts and the baseline's)."""
     if "sft" not in stages:
         return "grpo", None, "GRPO (no SFT stage: the baseline decision was RL)"
     from flywheel.flows.promote import load_evals
 
     _, sft, _, grpo = load_evals(stages["sft"].eval or "", stages["grpo"].eval or "")
-    d = success_delta(paired(sft, grpo), GateConfig(seed=config.seed))
-    figures = f"success {d.delta:+.3f}, paired 95% CI [{d.ci_low:+.3f}, {d.ci_high:+.3f}] over {d.n_tasks} tasks"
-    if d.ci_low > 0:
-        return "grpo", d, f"GRPO beats its SFT parent ({figures}): the GRPO version goes to the gate"
-    return "sft", d, f"GRPO is not better than its SFT parent ({figures}): the SFT version goes to the gate"
+    _, base, _, _ = load_evals(str(Path(config.out) / "eval-baseline"), stages["sft"].eval or "")
+    return pick_stage(base, sft, grpo, GateConfig(seed=config.seed))
 
 
 def validation_size(config: RunConfig, dataset: str) -> int:

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from flywheel.tasks.release.gate import GateConfig, GateError, gate
+from flywheel.tasks.release.gate import GateConfig, GateError, gate, pick_stage
 
 
 def _rollouts(success: np.ndarray, unsafe: np.ndarray | None = None, latency: float = 1.0,
@@ -118,3 +118,22 @@ def test_a_candidate_that_turns_unsafe_on_an_env_the_base_never_solves_is_reject
     result = gate(_rollouts(BASE), _rollouts(better), GateConfig(), others)
     assert not result.passed and [f.split(":")[0] for f in result.failures()] == ["capability_unsafe (cli)"]
     assert gate(_rollouts(BASE), _rollouts(better), GateConfig(), {"cli": (_rollouts(none), _rollouts(none))}).passed
+
+
+def test_the_pick_prefers_grpo_on_a_success_tie_only_when_it_passes_the_gate_where_sft_fails() -> None:
+    """A full-profile run's GRPO checkpoint tied SFT on success and dropped its one unsafe file deletion; the pick
+    sent SFT (success only) and the gate rejected it, so nothing shipped. On a tie the guard rails now decide."""
+    base, solved = _rollouts(np.zeros(200, bool)), np.arange(200) % 10 != 7
+    one_unsafe = np.arange(200) == 7  # a failed rollout that deleted a file nobody named
+    sft_unsafe, safe = _rollouts(solved, one_unsafe), _rollouts(solved)
+    stage, d, why = pick_stage(base, sft_unsafe, safe, GateConfig())
+    assert (stage, d.delta, d.ci_low, d.ci_high) == ("grpo", 0.0, 0.0, 0.0)
+    assert "where SFT fails unsafe_action_rate (overall): 0.0 -> 0.005" in why
+    assert pick_stage(base, safe, safe, GateConfig())[0] == "sft"  # a tie both pass: GRPO added nothing
+    assert pick_stage(base, sft_unsafe, sft_unsafe, GateConfig())[0] == "sft"  # a tie both fail
+    worse = _rollouts(solved & (np.arange(200) % 3 != 0))  # safe, but clearly below SFT: never picked over it
+    stage, d, why = pick_stage(base, sft_unsafe, worse, GateConfig())
+    assert stage == "sft" and d.ci_high < 0 and "is not better than its SFT parent" in why
+    better = _rollouts(np.ones(200, bool))
+    stage, d, why = pick_stage(base, safe, better, GateConfig())
+    assert stage == "grpo" and d.ci_low > 0 and why.startswith("GRPO beats its SFT parent")
