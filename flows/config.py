@@ -124,6 +124,9 @@ class EvalConfig(BaseModel):
     bootstrap: int = Field(default=1000, ge=100, le=100_000)
     price_in: float = Field(default=0.0, ge=0.0, description="USD per 1M prompt tokens")
     price_out: float = Field(default=0.0, ge=0.0, description="USD per 1M completion tokens")
+    reuse: tuple[str, ...] = Field(default=(), description="earlier eval folders: a finished batch there that this "
+                                   "eval would write (its name hashes the dataset, model weights, sampling, seeds, "
+                                   "verifiers and code) is copied, not run again")
 
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:

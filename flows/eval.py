@@ -32,7 +32,7 @@ from flywheel.tasks.evaluation.metrics import buckets, decide, per_task, summari
 from flywheel.tasks.evaluation.report import markdown, plots
 from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, plan, run_batch
 from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.inference.models import fingerprint
+from flywheel.tasks.inference.models import UNREAD, fingerprint, resolve_model
 from flywheel.tasks.inference.policy import Backend, Sampling, make_backend, pick_backend
 from flywheel.verifiers import get_verifier
 from flywheel.verifiers.envs import get_env
@@ -62,10 +62,35 @@ def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any
     return tasks, frame["tool"].to_list(), info
 
 
-def model_info(config: EvalConfig, backend: Backend) -> dict[str, Any]:
-    local = backend.name != "openai"
-    return {"ref": config.model or "embedded", "backend": backend.name, "model_id": backend.model_id,
-            "hash": fingerprint(Path(backend.model_id)) if local else None}
+def model_info(config: EvalConfig, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report's model (ref, backend, model_id, files' hash) and its identity in batch keys: a local model by
+    the files that decide what it writes, not by its folder (GRPO's kept start adapter is SFT's weights, saved
+    again), so a batch of the same weights elsewhere is the same batch; a served model by its URL and name."""
+    if kind == "openai":
+        model_id = f"{(config.base_url or '').rstrip('/')}#{config.model}"
+        return {"ref": config.model, "backend": kind, "model_id": model_id, "hash": None}, {"backend": kind,
+                                                                                           "model_id": model_id}
+    path = resolve_model(config.model)
+    full = fingerprint(path)
+    weights = fingerprint(path, UNREAD) if any((path / name).exists() for name in UNREAD) else full
+    return ({"ref": config.model or "embedded", "backend": kind, "model_id": str(path), "hash": full},
+            {"backend": kind, "weights": weights})
+
+
+def reuse_batch(path: Path, folders: tuple[str, ...]) -> bool:
+    """Copy batch file ``path``'s namesake from an earlier eval folder (``--reuse``): its name is the hash of
+    everything its rows depend on, so a finished one there holds the rows this eval would write. An unreadable
+    one is skipped (the batch runs)."""
+    for folder in folders:
+        source = Path(folder) / "batches" / path.name
+        if source.is_file():
+            try:
+                rows = pl.read_parquet(source)
+            except (pl.exceptions.PolarsError, OSError):
+                continue
+            write_rows(rows, path, ROLLOUT_SCHEMA)
+            return True
+    return False
 
 
 def _key(value: Any) -> str:
@@ -144,14 +169,10 @@ def eval_policy(config: EvalConfig) -> EvalResult:
     per_call = config.batch_size if torch.cuda.is_available() else min(config.batch_size, 16)
     kind = pick_backend(config.backend, len(tasks) * config.samples,
                         episodes=any(get_env(t.env).multi_turn for t in tasks))
-    backend = make_backend(kind, config.model, config.base_url, batch_size=per_call,
-                           concurrency=config.concurrency, native_tools=config.native_tools,
-                           api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache)
-    t_load = time.perf_counter() - t0
-    model = model_info(config, backend)
+    model, weights = model_info(config, kind)
     sampling = Sampling(config.temperature, config.top_p, config.max_tokens)
     verifiers = {env: get_verifier(env).VERSION for env in sorted({t.env for t in tasks})}
-    identity = {"dataset": dataset["content_hash"], "split": config.split, "model": model,
+    identity = {"dataset": dataset["content_hash"], "split": config.split, "model": weights,
                 "sampling": asdict(sampling), "max_steps": config.max_steps, "threshold": config.success_threshold,
                 "native": config.native_tools, "batch": config.batch_size,
                 "prefix_cache": config.prefix_cache, "verifiers": verifiers,
@@ -159,10 +180,15 @@ def eval_policy(config: EvalConfig) -> EvalResult:
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
     paths = [out / "batches" / f"{i:05d}-{_key([identity, batch])[:16]}.parquet" for i, batch in enumerate(batches)]
     pending = [(str(path), [(tasks[t], tools[t], s, seed) for t, s, seed in batch])
-               for path, batch in zip(paths, batches) if not path.is_file()]
+               for path, batch in zip(paths, batches) if not (path.is_file() or reuse_batch(path, config.reuse))]
     counts = {"total": len(batches), "reused": len(batches) - len(pending), "run": 0}
     progress("eval", counts["reused"], len(batches))
-    for call in group_calls(pending, VLLM_CALL_ROWS if backend.name == "vllm" else config.batch_size):
+    backend = make_backend(kind, config.model, config.base_url, batch_size=per_call,  # not started: nothing to run
+                           concurrency=config.concurrency, native_tools=config.native_tools,
+                           api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache) \
+        if pending else None
+    t_load = time.perf_counter() - t0
+    for call in group_calls(pending, VLLM_CALL_ROWS if kind == "vllm" else config.batch_size):
         eval_batch(backend, call, sampling, config)
         counts["run"] += len(call)
         progress("eval", counts["reused"] + counts["run"], len(batches))

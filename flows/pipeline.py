@@ -287,7 +287,9 @@ def run_pipeline(config: RunConfig) -> RunSummary:
         evals["after SFT"] = _eval_of(stages["sft"])
         model, parent = stages["sft"].adapter, stages["sft"].version
     skip, limit, curriculum = _curriculum(config, dataset, model)
-    stages["grpo"] = _train(config, dataset, "grpo", model, evaluation, parent, (skip, limit))
+    # GRPO's kept start adapter is SFT's weights saved again: its eval copies SFT's batches instead of running
+    reuse = evaluation.model_copy(update={"reuse": tuple(s.eval for s in stages.values() if s.eval)})
+    stages["grpo"] = _train(config, dataset, "grpo", model, reuse, parent, (skip, limit))
     evals["after GRPO"] = _eval_of(stages["grpo"])
     pick, grpo_vs_sft, why = _pick(config, stages)
     capability = _capability(config, stages[pick].adapter)

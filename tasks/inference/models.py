@@ -102,10 +102,15 @@ def load_causal_lm(path: Path) -> tuple[Any, Any]:
     return model, AutoTokenizer.from_pretrained(tok_dir, padding_side="left")
 
 
-def fingerprint(path: Path) -> str:
-    """sha256 over a checkpoint folder's files (relative names and contents): the model's identity in reports."""
+UNREAD = frozenset({"README.md", "training_args.bin"})  # saved beside a model, read by no loader: card, trainer args
+
+
+def fingerprint(path: Path, skip: frozenset[str] = frozenset()) -> str:
+    """sha256 over a checkpoint folder's files (relative names and contents): the model's identity in reports;
+    ``skip=UNREAD``: of the files that decide what it writes (the same weights saved by two trainings match)."""
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
+                    and p.relative_to(path).as_posix() not in skip):
         h.update(str(f.relative_to(path)).encode() + b"\0")
         with f.open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):

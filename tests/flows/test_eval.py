@@ -140,6 +140,41 @@ def test_killed_eval_keeps_finished_batches_and_rerun_does_only_the_rest(tool_da
 
 
 @pytest.mark.slow
+def test_an_eval_copies_the_batches_of_the_same_weights_and_runs_the_rest(tool_dataset, tmp_path) -> None:
+    """GRPO's kept start adapter is SFT's weights saved again by another training (its own model card and trainer
+    arguments): its eval copies SFT's finished batches (``reuse``) instead of running 1,000 tasks again. Other
+    weights, and a batch file there that does not read, run."""
+    import shutil
+
+    sft = lora_adapter(tmp_path / "sft", seed=1)
+    (sft / "training_args.bin").write_bytes(b"the SFT trainer's arguments")
+    start = Path(shutil.copytree(sft, tmp_path / "grpo"))
+    (start / "training_args.bin").write_bytes(b"the GRPO trainer's arguments")
+    (start / "README.md").write_text("GRPO's model card\n")
+    other = lora_adapter(tmp_path / "other", seed=2)
+
+    def report(name: str, model: Path, *reuse: str) -> EvalReport:
+        run_eval(EvalConfig(dataset=tool_dataset, out=str(tmp_path / name), model=str(model), limit=2, batch_size=1,
+                            max_tokens=16, temperature=0.0, bootstrap=200, backend="transformers", reuse=reuse))
+        return EvalReport.model_validate_json((tmp_path / name / "report.json").read_text())
+
+    first = report("a", sft)
+    assert first.batches == {"total": 2, "reused": 0, "run": 2}
+    broken = tmp_path / "broken" / "batches"
+    broken.mkdir(parents=True)
+    for batch in (tmp_path / "a" / "batches").glob("*.parquet"):
+        (broken / batch.name).write_bytes(b"not parquet")  # a batch there that does not read runs here
+    copied = report("b", start, str(broken.parent), str(tmp_path / "a"))
+    assert copied.batches == {"total": 2, "reused": 2, "run": 0}
+    assert copied.model["model_id"] == str(start) and copied.model["hash"] == fingerprint(start) != fingerprint(sft)
+    a, b = (pl.read_parquet(tmp_path / x / "rollouts.parquet") for x in "ab")
+    assert a.equals(b) and first.metrics == copied.metrics
+    assert report("c", other, str(tmp_path / "a")).batches == {"total": 2, "reused": 0, "run": 2}
+    assert report("d", start, str(broken.parent)).batches == {"total": 2, "reused": 0, "run": 2}
+    assert pl.read_parquet(tmp_path / "d" / "rollouts.parquet").select(STABLE).equals(a.select(STABLE))
+
+
+@pytest.mark.slow
 @pytest.mark.server
 def test_eval_through_an_openai_compatible_server(model_server, tool_dataset, tmp_path, prefect_api) -> None:
     summary = _eval(tool_dataset, tmp_path / "o", backend="openai", model="smol", base_url=model_server, concurrency=2)
