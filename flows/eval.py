@@ -77,22 +77,6 @@ def model_info(config: EvalConfig, kind: str) -> tuple[dict[str, Any], dict[str,
             {"backend": kind, "weights": weights})
 
 
-def reuse_batch(path: Path, folders: tuple[str, ...]) -> bool:
-    """Copy batch file ``path``'s namesake from an earlier eval folder (``--reuse``): its name is the hash of
-    everything its rows depend on, so a finished one there holds the rows this eval would write. An unreadable
-    one is skipped (the batch runs)."""
-    for folder in folders:
-        source = Path(folder) / "batches" / path.name
-        if source.is_file():
-            try:
-                rows = pl.read_parquet(source)
-            except (pl.exceptions.PolarsError, OSError):
-                continue
-            write_rows(rows, path, ROLLOUT_SCHEMA)
-            return True
-    return False
-
-
 def _key(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -113,6 +97,23 @@ def group_calls(pending: list[tuple[str, list[Item]]], rows: int) -> list[list[t
         else:
             calls.append([batch])
     return calls
+
+
+def reuse_batch(path: Path, folders: tuple[str, ...], items: list[Item]) -> bool:
+    """Copy batch file ``path``'s namesake from an earlier eval folder (``EvalConfig.reuse``): its name is the hash
+    of everything its rows depend on, so a finished one there holds the rows this eval would write. One that does
+    not read as those rows (other columns, other tasks, samples or seeds than ``items``) is skipped: the batch runs."""
+    want = [(task.id, sample, seed) for task, _, sample, seed in items]
+    for folder in folders:
+        source = Path(folder) / "batches" / path.name
+        try:
+            rows = pl.read_parquet(source).select(list(ROLLOUT_SCHEMA)).cast(ROLLOUT_SCHEMA)
+        except (pl.exceptions.PolarsError, OSError):
+            continue  # absent, unreadable or not a batch of rollouts
+        if rows.select("task_id", "sample", "seed").rows() == want:
+            write_rows(rows, path, ROLLOUT_SCHEMA)
+            return True
+    return False
 
 
 @task(name="eval-batch", cache_policy=NO_CACHE)
@@ -179,8 +180,9 @@ def eval_policy(config: EvalConfig) -> EvalResult:
                 "code": code_version()}
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
     paths = [out / "batches" / f"{i:05d}-{_key([identity, batch])[:16]}.parquet" for i, batch in enumerate(batches)]
-    pending = [(str(path), [(tasks[t], tools[t], s, seed) for t, s, seed in batch])
-               for path, batch in zip(paths, batches) if not (path.is_file() or reuse_batch(path, config.reuse))]
+    pending = [(str(path), items) for path, items in
+               ((path, [(tasks[t], tools[t], s, seed) for t, s, seed in batch]) for path, batch in zip(paths, batches))
+               if not (path.is_file() or reuse_batch(path, config.reuse, items))]
     counts = {"total": len(batches), "reused": len(batches) - len(pending), "run": 0}
     progress("eval", counts["reused"], len(batches))
     backend = make_backend(kind, config.model, config.base_url, batch_size=per_call,  # not started: nothing to run

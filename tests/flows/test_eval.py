@@ -162,8 +162,9 @@ def test_an_eval_copies_the_batches_of_the_same_weights_and_runs_the_rest(tool_d
     assert first.batches == {"total": 2, "reused": 0, "run": 2}
     broken = tmp_path / "broken" / "batches"
     broken.mkdir(parents=True)
-    for batch in (tmp_path / "a" / "batches").glob("*.parquet"):
-        (broken / batch.name).write_bytes(b"not parquet")  # a batch there that does not read runs here
+    one, two = sorted((tmp_path / "a" / "batches").glob("*.parquet"))
+    (broken / one.name).write_bytes(b"not parquet")  # a batch there that does not read runs here
+    (broken / two.name).write_bytes(one.read_bytes())  # and so does one holding other tasks' rollouts
     copied = report("b", start, str(broken.parent), str(tmp_path / "a"))
     assert copied.batches == {"total": 2, "reused": 2, "run": 0}
     assert copied.model["model_id"] == str(start) and copied.model["hash"] == fingerprint(start) != fingerprint(sft)
