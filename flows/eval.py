@@ -32,7 +32,7 @@ from flywheel.tasks.evaluation.metrics import buckets, decide, per_task, summari
 from flywheel.tasks.evaluation.report import markdown, plots
 from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, plan, run_batch
 from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.inference.models import UNREAD, fingerprint, resolve_model
+from flywheel.tasks.inference.models import adapter_base, fingerprints, is_adapter, resolve_model
 from flywheel.tasks.inference.policy import Backend, Sampling, make_backend, pick_backend
 from flywheel.verifiers import get_verifier
 from flywheel.verifiers.envs import get_env
@@ -64,17 +64,18 @@ def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any
 
 def model_info(config: EvalConfig, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The report's model (ref, backend, model_id, files' hash) and its identity in batch keys: a local model by
-    the files that decide what it writes, not by its folder (GRPO's kept start adapter is SFT's weights, saved
-    again), so a batch of the same weights elsewhere is the same batch; a served model by its URL and name."""
+    the files that decide what it writes (and an adapter by its base too), not by its folder (GRPO's kept start
+    adapter is SFT's weights, saved again), so a batch of the same weights elsewhere is the same batch; a served
+    model by its URL and name."""
     if kind == "openai":
         model_id = f"{(config.base_url or '').rstrip('/')}#{config.model}"
         return {"ref": config.model, "backend": kind, "model_id": model_id, "hash": None}, {"backend": kind,
                                                                                            "model_id": model_id}
     path = resolve_model(config.model)
-    full = fingerprint(path)
-    weights = fingerprint(path, UNREAD) if any((path / name).exists() for name in UNREAD) else full
-    return ({"ref": config.model or "embedded", "backend": kind, "model_id": str(path), "hash": full},
-            {"backend": kind, "weights": weights})
+    every, output = fingerprints(path)
+    base = str(adapter_base(path).resolve()) if is_adapter(path) else None
+    return ({"ref": config.model or "embedded", "backend": kind, "model_id": str(path), "hash": every},
+            {"backend": kind, "weights": output, "base": base})
 
 
 def _key(value: Any) -> str:
@@ -101,19 +102,33 @@ def group_calls(pending: list[tuple[str, list[Item]]], rows: int) -> list[list[t
 
 def reuse_batch(path: Path, folders: tuple[str, ...], items: list[Item]) -> bool:
     """Copy batch file ``path``'s namesake from an earlier eval folder (``EvalConfig.reuse``): its name is the hash
-    of everything its rows depend on, so a finished one there holds the rows this eval would write. One that does
-    not read as those rows (other columns, other tasks, samples or seeds than ``items``) is skipped: the batch runs."""
+    of everything its rows depend on, so a finished one there holds the rows this eval would write. One that is not
+    a plain file of exactly the rollout columns and types, for exactly ``items``' tasks, samples and seeds, is
+    skipped: the batch runs."""
     want = [(task.id, sample, seed) for task, _, sample, seed in items]
     for folder in folders:
         source = Path(folder) / "batches" / path.name
+        if source.is_symlink() or not source.is_file():
+            continue
         try:
-            rows = pl.read_parquet(source).select(list(ROLLOUT_SCHEMA)).cast(ROLLOUT_SCHEMA)
+            rows = pl.read_parquet(source)
         except (pl.exceptions.PolarsError, OSError):
-            continue  # absent, unreadable or not a batch of rollouts
-        if rows.select("task_id", "sample", "seed").rows() == want:
+            continue  # not parquet
+        if dict(rows.schema) == ROLLOUT_SCHEMA and rows.select("task_id", "sample", "seed").rows() == want:
             write_rows(rows, path, ROLLOUT_SCHEMA)
             return True
     return False
+
+
+def pending_batches(paths: list[Path], batches: list[list[tuple[int, int, int]]], tasks: list[Task],
+                    tools: list[str], reuse: tuple[str, ...]) -> list[tuple[str, list[Item]]]:
+    """The batches left to run: not finished in OUT/batches, nor copied from a ``reuse`` folder."""
+    pending = []
+    for path, batch in zip(paths, batches):
+        items = [(tasks[t], tools[t], s, seed) for t, s, seed in batch]
+        if not (path.is_file() or reuse_batch(path, reuse, items)):
+            pending.append((str(path), items))
+    return pending
 
 
 @task(name="eval-batch", cache_policy=NO_CACHE)
@@ -180,22 +195,22 @@ def eval_policy(config: EvalConfig) -> EvalResult:
                 "code": code_version()}
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
     paths = [out / "batches" / f"{i:05d}-{_key([identity, batch])[:16]}.parquet" for i, batch in enumerate(batches)]
-    pending = [(str(path), items) for path, items in
-               ((path, [(tasks[t], tools[t], s, seed) for t, s, seed in batch]) for path, batch in zip(paths, batches))
-               if not (path.is_file() or reuse_batch(path, config.reuse, items))]
+    pending = pending_batches(paths, batches, tasks, tools, config.reuse)
     counts = {"total": len(batches), "reused": len(batches) - len(pending), "run": 0}
     progress("eval", counts["reused"], len(batches))
-    backend = make_backend(kind, config.model, config.base_url, batch_size=per_call,  # not started: nothing to run
-                           concurrency=config.concurrency, native_tools=config.native_tools,
-                           api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache) \
-        if pending else None
-    t_load = time.perf_counter() - t0
-    for call in group_calls(pending, VLLM_CALL_ROWS if kind == "vllm" else config.batch_size):
-        eval_batch(backend, call, sampling, config)
-        counts["run"] += len(call)
-        progress("eval", counts["reused"] + counts["run"], len(batches))
+    t_load, t_gen = 0.0, 0.0  # the model's load and the rollouts: none when every batch is done or copied
+    if pending:
+        t1 = time.perf_counter()
+        backend = make_backend(kind, config.model, config.base_url, batch_size=per_call,
+                               concurrency=config.concurrency, native_tools=config.native_tools,
+                               api_key=os.environ.get("OPENAI_API_KEY"), prefix_cache=config.prefix_cache)
+        t2 = time.perf_counter()
+        for call in group_calls(pending, VLLM_CALL_ROWS if kind == "vllm" else config.batch_size):
+            eval_batch(backend, call, sampling, config)
+            counts["run"] += len(call)
+            progress("eval", counts["reused"] + counts["run"], len(batches))
+        t_load, t_gen = t2 - t1, time.perf_counter() - t2
     frame = pl.concat([pl.read_parquet(p) for p in paths])
-    t_gen = time.perf_counter() - t0 - t_load
     report = make_report(config, frame, dataset, model, verifiers, counts,
                          {"load_s": round(t_load, 3), "rollouts_s": round(t_gen, 3)})
     report = write_outputs(out, report, frame)

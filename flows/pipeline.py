@@ -1,7 +1,6 @@
 """The end-to-end flow ``flywheel-run``: dataset -> baseline eval -> SFT (if the decision says so) -> GRPO ->
-held-out eval -> pick (GRPO only if it beats its SFT parent, or ties it and passes the gate where SFT fails) ->
-gate -> promote, on the embedded defaults (temporary Prefect API, Dask LocalCluster, the embedded model, CPU, no
-network).
+held-out eval -> pick (the stage the gate can ship; else GRPO only if it beats its SFT parent) -> gate -> promote,
+on the embedded defaults (temporary Prefect API, Dask LocalCluster, the embedded model, CPU, no network).
 
 Contract: ``run_pipeline(config)`` runs each stage as the same flow its own command runs (``generate-dataset``,
 ``baseline-eval``, ``train-policy``, ``promote``) as subflows, so the Prefect UI shows one tree. Every eval uses

@@ -105,18 +105,27 @@ def load_causal_lm(path: Path) -> tuple[Any, Any]:
 UNREAD = frozenset({"README.md", "training_args.bin"})  # saved beside a model, read by no loader: card, trainer args
 
 
-def fingerprint(path: Path, skip: frozenset[str] = frozenset()) -> str:
-    """sha256 over a checkpoint folder's files (relative names and contents): the model's identity in reports;
-    ``skip=UNREAD``: of the files that decide what it writes (the same weights saved by two trainings match)."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
-                    and p.relative_to(path).as_posix() not in skip):
-        h.update(str(f.relative_to(path)).encode() + b"\0")
+def fingerprints(path: Path) -> tuple[str, str]:
+    """sha256 over a checkpoint folder's files (relative names and contents), in one read: of all of them (the
+    model's identity in reports) and of those that decide what it writes (all but ``UNREAD``: the same weights saved
+    by two trainings match)."""
+    every, output = hashlib.sha256(), hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        digests = (every,) if f.relative_to(path).as_posix() in UNREAD else (every, output)
+        for h in digests:
+            h.update(str(f.relative_to(path)).encode() + b"\0")
         with f.open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
-                h.update(chunk)
-        h.update(b"\0")
-    return h.hexdigest()
+                for h in digests:
+                    h.update(chunk)
+        for h in digests:
+            h.update(b"\0")
+    return every.hexdigest(), output.hexdigest()
+
+
+def fingerprint(path: Path) -> str:
+    """sha256 over a checkpoint folder's files (relative names and contents): the model's identity in reports."""
+    return fingerprints(path)[0]
 
 
 def export_version(adapter: Path, out: Path, merged: bool) -> Path:

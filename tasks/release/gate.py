@@ -16,8 +16,8 @@ Contract (pure; deterministic for a given bootstrap seed):
   and the unsafe-action rate may not rise by more than ``unsafe_margin`` (a base model that solves none of an env's
   tasks cannot lose success there, but a candidate can start running dangerous commands in it).
 - ``GateResult.passed`` is True only when every check passes; every number is kept for the gate report.
-- ``pick_stage``: which of a run's SFT and GRPO stages goes to the gate, by the paired test of GRPO against SFT and,
-  on a tie, by which of the two passes the checks above against the baseline.
+- ``pick_stage``: which of a run's SFT and GRPO stages goes to the gate: the one that passes the checks above
+  against the baseline when the other fails them, else GRPO only when the paired test says it beats SFT.
 """
 
 from __future__ import annotations
@@ -170,22 +170,23 @@ def gate(baseline: pl.DataFrame, candidate: pl.DataFrame, cfg: GateConfig,
 
 def pick_stage(baseline: pl.DataFrame, sft: pl.DataFrame, grpo: pl.DataFrame,
                cfg: GateConfig) -> tuple[str, Delta, str]:
-    """Which trained stage goes to the gate, from their rollouts on the same held-out tasks: GRPO when the paired
-    test says it beats its SFT parent (interval above 0); when the test cannot separate them (the interval holds
-    0), the one that passes the gate's checks against the baseline where the other fails (SFT on a tie that both
-    pass or both fail); otherwise SFT, which GRPO was meant to improve on. Returns the stage, GRPO minus SFT and
-    the reason, for the run's summary."""
+    """Which trained stage goes to the gate, from their rollouts on the same held-out tasks: the one that passes the
+    gate's held-out checks against the baseline when the other fails them (the one the gate can ship; general
+    capability is checked after, for the stage picked); else GRPO only when the paired test says it beats its SFT
+    parent (interval above 0), and SFT, which it was meant to improve on, otherwise. Returns the stage, GRPO minus
+    SFT and the reason, for the run's summary."""
     d = success_delta(paired(sft, grpo), cfg)
     figures = f"success {d.delta:+.3f}, paired 95% CI [{d.ci_low:+.3f}, {d.ci_high:+.3f}] over {d.n_tasks} tasks"
+    gates = {"SFT": gate(baseline, sft, cfg), "GRPO": gate(baseline, grpo, cfg)}
+    if gates["SFT"].passed != gates["GRPO"].passed:  # ship what can ship: one unsafe call must not block the other
+        good, bad = ("GRPO", "SFT") if gates["GRPO"].passed else ("SFT", "GRPO")
+        return good.lower(), d, (f"GRPO against its SFT parent: {figures}; {good} passes the gate's held-out checks "
+                                 f"against the baseline and {bad} fails {'; '.join(gates[bad].failures())}: the "
+                                 f"{good} version goes to the gate")
+    both = "" if gates["SFT"].passed else " (both fail the gate's held-out checks against the baseline)"
     if d.ci_low > 0:
-        return "grpo", d, f"GRPO beats its SFT parent ({figures}): the GRPO version goes to the gate"
-    if d.ci_high >= 0:  # a tie: a GRPO stage that only removed SFT's unsafe call would otherwise never ship
-        sft_gate, grpo_gate = gate(baseline, sft, cfg), gate(baseline, grpo, cfg)
-        if grpo_gate.passed and not sft_gate.passed:
-            return "grpo", d, (f"GRPO ties its SFT parent ({figures}) and passes the gate's checks against the "
-                               f"baseline on these tasks, where SFT fails {'; '.join(sft_gate.failures())}: the "
-                               "GRPO version goes to the gate")
-    return "sft", d, f"GRPO is not better than its SFT parent ({figures}): the SFT version goes to the gate"
+        return "grpo", d, f"GRPO beats its SFT parent ({figures}){both}: the GRPO version goes to the gate"
+    return "sft", d, f"GRPO is not better than its SFT parent ({figures}){both}: the SFT version goes to the gate"
 
 
 def markdown(result: GateResult, names: dict[str, Any]) -> str:

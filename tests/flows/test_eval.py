@@ -171,7 +171,11 @@ def test_an_eval_copies_the_batches_of_the_same_weights_and_runs_the_rest(tool_d
     a, b = (pl.read_parquet(tmp_path / x / "rollouts.parquet") for x in "ab")
     assert a.equals(b) and first.metrics == copied.metrics
     assert report("c", other, str(tmp_path / "a")).batches == {"total": 2, "reused": 0, "run": 2}
-    assert report("d", start, str(broken.parent)).batches == {"total": 2, "reused": 0, "run": 2}
+    linked = tmp_path / "linked" / "batches"
+    linked.mkdir(parents=True)
+    (linked / one.name).symlink_to(one)  # only plain files are copied: a link could name any file
+    (linked / two.name).mkdir()  # a folder named like a batch reads as a parquet dataset: not copied either
+    assert report("d", start, str(broken.parent), str(linked.parent)).batches == {"total": 2, "reused": 0, "run": 2}
     assert pl.read_parquet(tmp_path / "d" / "rollouts.parquet").select(STABLE).equals(a.select(STABLE))
 
 
