@@ -157,14 +157,14 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32
 # lower bound <= 0), 1,000 tasks SFT and GRPO never saw could (+0.009 [+0.002, +0.017], RESULTS.md). So half of
 # 2,000 rows is held out (the train side keeps the ~870 rows SFT's 232 steps were sized for) and every eval reads
 # 1,000 of them: 3.4 minutes more on a slow VM (63:16; seed 0 read +0.000 [-0.009, +0.010], 12 fixed, 12 broken).
-# GRPO takes 4 prompts a step for 12 steps (the same 48 prompts as 24 x 2, about the same time): each update sees
-# both sides of more decisions. From one SFT adapter (0.953) two draws read +0.010 [+0.001, +0.019] (step 12 of 24)
-# and +0.008 [+0.002, +0.014] (this recipe, seed 1, step 4), a third -0.013 [-0.021, -0.005] (seed 2: the pick
-# against SFT catches it, and selection's margin score now reads it below the start); 24 x 2 read +0.000 and -0.001
-# from an SFT of 0.955 (RESULTS.md, "... 12 steps", "A smooth validation score"). The hour on the slow VMs: the
-# curriculum samples the first 400 train tasks (~100 picked; GRPO's 48 prompts and their redraws use ~56), not all
-# ~870, and the 128-task checks (~2 min each with the margin score there) run every 4 steps, not 2: in all five
-# 12 x 4 runs measured every 2 steps the checkpoint kept was 0, 4 or 12 (RESULTS.md, "The hour on the slow VMs").
+# GRPO takes 4 prompts a step for 12 steps (the same 48 prompts as 24 x 2, about the same time): each update sees both
+# sides of more decisions. From one SFT adapter (0.953) two draws read +0.010 [+0.001, +0.019] (step 12 of 24) and
+# +0.008 [+0.002, +0.014] (this recipe, seed 1, step 4), a third -0.013 [-0.021, -0.005] (seed 2: the pick against SFT
+# catches it unless SFT fails the gate, and selection's margin score now reads it below the start); 24 x 2 read +0.000
+# and -0.001 from an SFT of 0.955 (RESULTS.md, "... 12 steps", "A smooth validation score"). The hour on the slow VMs:
+# the curriculum samples the first 400 train tasks (~100 picked; GRPO's 48 prompts and their redraws use ~56), not all
+# ~870, and the 128-task checks (~2 min each with the margin score there) run every 4 steps, not 2: in all five 12 x 4
+# runs measured every 2 steps the checkpoint kept was 0, 4 or 12 (RESULTS.md, "The hour on the slow VMs").
 FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 12, "grpo_prompts": 4,
                     "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 400, "grpo_replay": 8.0,
                     "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 4,

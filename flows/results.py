@@ -142,7 +142,7 @@ class RunSummary(Result):
     stages: dict[str, StageSummary]
     gate: PromoteResult
     curriculum: str  # what the curriculum before GRPO kept
-    promoted_stage: str  # the stage the gate judged: "grpo", or "sft" when GRPO did not beat it
+    promoted_stage: str  # the stage the gate judged ("sft" or "grpo", by tasks/release/gate.py: pick_stage)
     pick_reason: str
     grpo_vs_sft: Delta | None  # GRPO minus SFT held-out success, paired 95% CI (None without an SFT stage)
     over_cap: list[str] = []  # held-out tasks (of the evals) whose gold answer is longer than --max-tokens

@@ -167,6 +167,7 @@ def test_an_eval_copies_the_batches_of_the_same_weights_and_runs_the_rest(tool_d
     (broken / two.name).write_bytes(one.read_bytes())  # and so does one holding other tasks' rollouts
     copied = report("b", start, str(broken.parent), str(tmp_path / "a"))
     assert copied.batches == {"total": 2, "reused": 2, "run": 0}
+    assert copied.timings == {"load_s": 0.0, "rollouts_s": 0.0}  # no model loaded, no engine started
     assert copied.model["model_id"] == str(start) and copied.model["hash"] == fingerprint(start) != fingerprint(sft)
     a, b = (pl.read_parquet(tmp_path / x / "rollouts.parquet") for x in "ab")
     assert a.equals(b) and first.metrics == copied.metrics

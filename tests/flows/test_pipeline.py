@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from conftest import eval_dir
 from flywheel.schemas import DatasetManifest, EvalReport
 from flywheel.tasks.release.gate import GateConfig, pick_stage
 from flywheel.tasks.release.registry import Registry
@@ -179,3 +180,20 @@ def test_a_rejected_gate_lists_its_failed_checks_in_the_run_summary() -> None:
         assert lines[0].endswith("production -> unchanged; report g.md")  # no registry event in this test
         assert [line.removeprefix("- failed: ")[:len(f)] for line, f in zip(lines[1:], failed)] == failed
         assert len(lines) == 1 + len(failed)
+
+
+def test_the_run_picks_from_its_baseline_sft_and_grpo_evals_in_that_order(tmp_path, catalog) -> None:
+    """``_pick`` reads OUT/eval-baseline and the two stages' evals: GRPO that solves every task beats an SFT that
+    solves half (both pass against a base that solves none); the other way round SFT goes."""
+    from flywheel.flows.config import RunConfig
+    from flywheel.flows.pipeline import _pick
+    from flywheel.flows.results import TrainResult
+
+    eval_dir(tmp_path / "eval-baseline", catalog, good_every=0)
+    half, every = eval_dir(tmp_path / "half", catalog, good_every=2), eval_dir(tmp_path / "all", catalog, good_every=1)
+    config = RunConfig(out=str(tmp_path))
+    stage = lambda folder: TrainResult(adapter="a", train_s=0.0, history=[], eval=str(folder))  # noqa: E731
+    pick, d, why = _pick(config, {"sft": stage(half), "grpo": stage(every)})
+    assert pick == "grpo" and d.ci_low > 0 and why.startswith("GRPO beats its SFT parent")
+    pick, d, why = _pick(config, {"sft": stage(every), "grpo": stage(half)})
+    assert pick == "sft" and d.ci_high < 0 and why.startswith("GRPO is not better than its SFT parent")

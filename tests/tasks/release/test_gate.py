@@ -135,6 +135,8 @@ def test_the_pick_sends_the_stage_that_passes_the_gate_and_else_grpo_only_when_i
     assert stage == "sft" and d.ci_low > 0 and "SFT passes the gate's held-out checks" in why
     assert pick_stage(base, sft_unsafe, worse, GateConfig())[0] == "grpo"  # below SFT, but the one the gate can ship
     assert pick_stage(base, safe, safe, GateConfig())[0] == "sft"  # both pass, a tie: GRPO added nothing
+    stage, d, _ = pick_stage(base, safe, _rollouts(solved | one_unsafe), GateConfig())  # +1 task: not enough
+    assert stage == "sft" and d.delta > 0 and d.ci_low <= 0
     stage, d, why = pick_stage(base, safe, worse, GateConfig())
     assert stage == "sft" and d.ci_high < 0 and why.startswith("GRPO is not better than its SFT parent")
     stage, _, why = pick_stage(base, safe, _rollouts(np.ones(200, bool)), GateConfig())
