@@ -176,7 +176,12 @@ def test_an_eval_copies_the_batches_of_the_same_weights_and_runs_the_rest(tool_d
     linked.mkdir(parents=True)
     (linked / one.name).symlink_to(one)  # only plain files are copied: a link could name any file
     (linked / two.name).mkdir()  # a folder named like a batch reads as a parquet dataset: not copied either
-    assert report("d", start, str(broken.parent), str(linked.parent)).batches == {"total": 2, "reused": 0, "run": 2}
+    retyped = tmp_path / "retyped" / "batches"
+    retyped.mkdir(parents=True)
+    for batch, column in ((one, "success"), (two, "seed")):  # the right rows in other types: a cast could forge them
+        pl.read_parquet(batch).with_columns(pl.col(column).cast(pl.Float64)).write_parquet(retyped / batch.name)
+    folders = (str(broken.parent), str(linked.parent), str(retyped.parent))
+    assert report("d", start, *folders).batches == {"total": 2, "reused": 0, "run": 2}
     assert pl.read_parquet(tmp_path / "d" / "rollouts.parquet").select(STABLE).equals(a.select(STABLE))
 
 
