@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+case $gpu_slots in ""|*[!0-9]*|0*) echo "--gpu-slots must be a whole number from 1, got '$gpu_slots'" >&2; exit 2 ;; esac
 case $db in ""|postgresql+asyncpg://*|sqlite+aiosqlite://*) ;; *) echo "--db must be postgresql+asyncpg://... or sqlite+aiosqlite://..., got $db" >&2; exit 2 ;; esac
 mkdir -p "$home/logs" && home=$(cd "$home" && pwd)
 bin=$root/.venv/bin
@@ -51,10 +52,7 @@ for _ in $(seq 240); do
   sleep 0.5
 done
 cd "$root"
-"$bin/prefect" work-pool inspect cpu >/dev/null 2>&1 || "$bin/prefect" work-pool create cpu --type process >/dev/null
-"$bin/prefect" work-pool inspect gpu >/dev/null 2>&1 || "$bin/prefect" work-pool create gpu --type process >/dev/null
-"$bin/prefect" gcl inspect gpu >/dev/null 2>&1 && "$bin/prefect" gcl update gpu --limit "$gpu_slots" >/dev/null \
-  || "$bin/prefect" gcl create gpu --limit "$gpu_slots" >/dev/null
+"$bin/python" deploy/pools.py "$gpu_slots"  # the pools cpu and gpu when missing; the "gpu" limit set to --gpu-slots
 "$bin/prefect" --no-prompt deploy --all --prefect-file deploy/prefect.yaml >"$home/logs/deploy.log" 2>&1 \
   || { echo "prefect deploy failed; see $home/logs/deploy.log:" >&2; tail -20 "$home/logs/deploy.log" >&2; exit 1; }
 launch worker-cpu "$bin/prefect" worker start --pool cpu --type process --name "cpu-$(hostname)"

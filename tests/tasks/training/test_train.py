@@ -289,6 +289,7 @@ def test_grpo_with_a_kl_term_anchors_on_the_start_adapter_not_the_base(dataset, 
         assert "ref" not in saved and "adapter_model.safetensors" in saved, (folder, saved)
 
 
+@pytest.mark.slow
 def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(dataset, tmp_path) -> None:
     """GRPO from the base model on 2 tasks with the success reward: every group's rewards are equal (all fail),
     so GRPO's own loss and gradient are 0 and only the replay moves the adapter (the step's loss is the replay NLL).
@@ -301,7 +302,7 @@ def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(datas
     from flywheel.tasks.training.train import load_tasks, train
 
     config = TrainConfig(dataset=dataset, out=str(tmp_path / "grpo"), method="grpo", limit=2, validation=2,
-                         max_steps=3, batch_size=4, num_generations=2, micro_batch=2, refill=0, reward="success",
+                         max_steps=2, batch_size=4, num_generations=2, micro_batch=2, refill=0, reward="success",
                          learning_rate=1e-3, eval_interval=0, eval_limit=1, max_completion_length=8, save_steps=100,
                          replay_weight=1.0, replay_rows=4)
     grpo_tasks = {t.id for t in load_tasks(config, "train")}
@@ -329,8 +330,8 @@ def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(datas
         assert row["reward_std"] == 0 and row["loss"] == pytest.approx(row["replay_nll"], abs=1e-4), row
     tuned, _ = load_causal_lm(Path(result["adapter"]))
     with torch.no_grad():
-        nll = [float(Replay(tokenizer, unseen, seed=0, rows=len(unseen), weight=1.0).nll(m.eval(), 0, 1))
-               for m in (base, tuned)]
+        nll = [float(Replay(tokenizer, unseen[:12], seed=0, rows=12, weight=1.0).nll(m.eval(), 0, 1))
+               for m in (base, tuned)]  # 12 of the ~60 unseen tasks: the whole pool cost 38 s for the same answer
     assert nll[1] < nll[0] - 0.1, nll
 
 
