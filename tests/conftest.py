@@ -33,12 +33,15 @@ from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools  # noqa:
 from flywheel.verifiers.procs import descendants  # noqa: E402  (re-exported: hostile tests import it from here)
 from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 
-# The slowest files first (CI timings): the two xdist workers (pyproject's addopts, --dist loadfile, files in this
-# order) take them early and finish together instead of one running a long file alone at the end.
-SLOWEST_FIRST = ["flows/test_operations.py", "flows/test_pipeline.py", "tasks/training/test_train.py",
-                 "flows/test_eval.py", "tasks/inference/test_backends.py", "tasks/training/test_episodes.py",
-                 "tasks/inference/test_prefix_cache.py", "test_packaging.py", "tasks/release/test_registry.py",
-                 "hostile/test_hostile_first_run.py"]
+# The slowest files first (per-file totals of a full run, 2026-11-30): the two xdist workers (pyproject's addopts,
+# --dist loadfile, files in this order) take them early and finish together instead of one running a long file alone
+# at the end (test_vllm_rollout.py, missing here, ran its 3 minutes last while the other worker had finished).
+SLOWEST_FIRST = ["flows/test_operations.py", "flows/test_pipeline.py", "flows/test_eval.py",
+                 "tasks/training/test_train.py", "tasks/inference/test_backends.py",
+                 "tasks/training/test_vllm_rollout.py", "tasks/inference/test_prefix_cache.py", "flows/test_flow.py",
+                 "tasks/release/test_registry.py", "hostile/test_hostile_first_run.py", "test_packaging.py",
+                 "tasks/training/test_episodes.py", "tasks/training/test_shared_prefix.py",
+                 "tasks/training/test_margins.py", "tasks/inference/test_policy.py"]
 
 
 def _rank(item: pytest.Item) -> int:

@@ -17,8 +17,8 @@ from flywheel.tasks.data.publish import read_manifest
 pytestmark = pytest.mark.slow
 
 
-def _check_rows(rows, rejects, generator: str) -> None:
-    assert len(rows) + len(rejects) == 8
+def _check_rows(rows, rejects, generator: str, n: int = 8) -> None:
+    assert len(rows) + len(rejects) == n
     assert all(r["reason"] == "paraphrase_lost_value" for r in rejects)
     for row in rows:
         assert f'"generator":"{generator}"' in row["task"]
@@ -47,9 +47,9 @@ def test_openai_backend_against_a_real_local_server(model_server, catalog) -> No
     server = model_server
     tools, seeds = catalog
     para = make_paraphraser("openai", "smol", server, concurrency=2)
-    first = generate_candidates(range(8), seeds, tools, 2, para)
-    assert generate_candidates(range(8), seeds, tools, 2, para) == first  # per-request seeds
-    _check_rows(*first, "openai")
+    first = generate_candidates(range(4), seeds, tools, 2, para)  # one request at a time on the server: 4, not 8
+    assert generate_candidates(range(4), seeds, tools, 2, para) == first  # per-request seeds
+    _check_rows(*first, "openai", 4)
     bad = httpx.post(f"{server}/chat/completions", json={"model": "smol", "messages": []})
     assert bad.status_code == 422 and "messages" in bad.text
 
