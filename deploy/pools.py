@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate, WorkPoolCreate
+from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.exceptions import ObjectNotFound
 from prefect.workers.process import ProcessWorker
 
@@ -21,11 +21,7 @@ def ensure(slots: int) -> None:
             except ObjectNotFound:
                 client.create_work_pool(WorkPoolCreate(
                     name=name, type="process", base_job_template=ProcessWorker.get_default_base_job_template()))
-        try:
-            client.read_global_concurrency_limit_by_name("gpu")
-            client.update_global_concurrency_limit("gpu", GlobalConcurrencyLimitUpdate(limit=slots))
-        except ObjectNotFound:
-            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="gpu", limit=slots))
+        client.upsert_global_concurrency_limit_by_name("gpu", slots)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
-case $gpu_slots in ""|*[!0-9]*|0*) echo "--gpu-slots must be a whole number from 1, got '$gpu_slots'" >&2; exit 2 ;; esac
+case $gpu_slots in ""|*[!0-9]*|0*|?????*) echo "--gpu-slots must be a whole number from 1 to 9999, got '$gpu_slots'" >&2; exit 2 ;; esac
 case $db in ""|postgresql+asyncpg://*|sqlite+aiosqlite://*) ;; *) echo "--db must be postgresql+asyncpg://... or sqlite+aiosqlite://..., got $db" >&2; exit 2 ;; esac
 mkdir -p "$home/logs" && home=$(cd "$home" && pwd)
 bin=$root/.venv/bin
@@ -52,7 +52,9 @@ for _ in $(seq 240); do
   sleep 0.5
 done
 cd "$root"
-"$bin/python" deploy/pools.py "$gpu_slots"  # the pools cpu and gpu when missing; the "gpu" limit set to --gpu-slots
+"$bin/python" deploy/pools.py "$gpu_slots" 2>"$home/logs/pools.log" \
+  || { echo "setting the work pools and the gpu limit failed; see $home/logs/pools.log:" >&2
+       tail -5 "$home/logs/pools.log" >&2; exit 1; }
 "$bin/prefect" --no-prompt deploy --all --prefect-file deploy/prefect.yaml >"$home/logs/deploy.log" 2>&1 \
   || { echo "prefect deploy failed; see $home/logs/deploy.log:" >&2; tail -20 "$home/logs/deploy.log" >&2; exit 1; }
 launch worker-cpu "$bin/prefect" worker start --pool cpu --type process --name "cpu-$(hostname)"

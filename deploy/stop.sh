@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stops what deploy/start.sh started under --home DIR (default ./flywheel-home): workers first (SIGINT: a process
-# worker ignores SIGTERM; both workers are signalled at once and given 30 s together to finish their flow runs), then
-# the server.
+# worker ignores SIGTERM; both are signalled at once; an idle one is stopped within a second, a busy one gets up to
+# 30 s for its flow runs to end: a flow run still going then keeps running without its worker), then the server.
 # The database and all outputs stay.
 set -uo pipefail
 home=$PWD/flywheel-home
@@ -15,15 +15,23 @@ signal() {  # signal, name...: send the signal to each process group; print the 
     echo "$pid"
   done
 }
-stop() {  # signal, name...: signal them, wait up to 30 s for all, then SIGKILL what is left. A worker has finished
-  # once no flow run process is left under it: Prefect's worker exits only on a second signal, even when idle (a
-  # wait of the whole 30 s), so an idle worker is killed at once, as a second Ctrl-C would do.
+stop() {  # workers|server, signal, name...: signal them, wait up to 30 s for all, then SIGKILL what is left. Workers:
+  # Prefect's worker exits only on a second signal, even when idle (a wait of the whole 30 s), so a worker seen with no
+  # flow run process under it at three checks in a row (1 s: time to report a run that just ended) is killed then,
+  # as a second Ctrl-C would do.
+  local kind=$1; shift
   local pids; pids=$(signal "$@")
+  declare -A idle=()
   for _ in $(seq 60); do
     local alive=0
     for pid in $pids; do
       case $(ps -o stat= -p "$pid" 2>/dev/null) in ""|Z*) continue ;; esac  # zombies are gone
-      if [ "$1" = INT ] && [ -z "$(ps -o pid= --ppid "$pid")" ]; then kill -KILL -- "-$pid" 2>/dev/null; continue; fi
+      if [ "$kind" = workers ] && [ -z "$(ps -o pid= --ppid "$pid")" ]; then
+        idle[$pid]=$(( ${idle[$pid]:-0} + 1 ))
+        [ "${idle[$pid]}" -ge 3 ] && { kill -KILL -- "-$pid" 2>/dev/null; continue; }
+      else
+        idle[$pid]=0
+      fi
       alive=1
     done
     [ "$alive" = 0 ] && break
@@ -32,5 +40,5 @@ stop() {  # signal, name...: signal them, wait up to 30 s for all, then SIGKILL 
   for pid in $pids; do kill -KILL -- "-$pid" 2>/dev/null; done
   shift; for name in "$@"; do rm -f "$home/$name.pid"; done
 }
-stop INT worker-gpu worker-cpu; stop TERM server
+stop workers INT worker-gpu worker-cpu; stop server TERM server
 echo "stopped the Prefect stack in $home"

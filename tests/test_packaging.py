@@ -264,3 +264,15 @@ def test_install_refuses_an_unknown_option_before_it_installs_anything(tmp_path,
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.strip() == f"install.sh: unknown option '{option}' (options: --without-vllm, to skip vLLM)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy"]  # no venv, no wheel folder made
+
+
+@pytest.mark.parametrize("slots", ["0", "x", "01", "10000", ""])
+def test_start_refuses_a_bad_gpu_slots_value_before_it_starts_anything(tmp_path, slots: str) -> None:
+    """deploy/start.sh --gpu-slots takes 1 to 9999: anything else is one clear line and exit 2, before a home folder,
+    a server or a worker exists."""
+    home = tmp_path / "home"
+    done = subprocess.run(["bash", str(REPO / "deploy" / "start.sh"), "--home", str(home), "--gpu-slots", slots],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == f"--gpu-slots must be a whole number from 1 to 9999, got '{slots}'"
+    assert not home.exists()

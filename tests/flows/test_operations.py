@@ -222,3 +222,23 @@ def test_nightly_schedule_materialises_runs_after_a_server_restart(stack) -> Non
         assert time.time() < deadline, "the nightly cron deployment has no scheduled run after 180 s"
         time.sleep(3)
     assert all(r.state.is_scheduled() and r.expected_start_time.hour == 2 for r in runs)
+
+
+def test_stop_lets_a_running_flow_run_finish_then_leaves_nothing_running(stack) -> None:
+    """Last (it stops the stack): deploy/stop.sh on a worker with a flow run under it waits for the run, which
+    publishes its version; the idle worker and the server stop; no process of the stack is left, no pid file."""
+    home = Path(stack["home"])
+    pids = {name: int((home / f"{name}.pid").read_text()) for name in ("worker-cpu", "worker-gpu", "server")}
+    before = _versions(stack)
+    run = _trigger(stack, "generate-dataset/on-demand", {"seed": 23, "n": 100})
+    deadline = time.time() + 120
+    while not subprocess.run(["ps", "-o", "pid=", "--ppid", str(pids["worker-cpu"])], capture_output=True,
+                             text=True).stdout.strip():  # the worker started the flow run's process
+        assert time.time() < deadline, "the cpu worker never started the flow run"
+        time.sleep(0.2)
+    _sh("deploy/stop.sh", "--home", str(home))
+    new = [v for v in _versions(stack) if v not in before]
+    assert [read_manifest(v).run_seed for v in new] == [23], (run.name, new)
+    assert not list((home / "datasets" / "tool_call").glob(".tmp-*"))
+    assert all(_state(pid) in (None, "Z") for pid in pids.values()), pids
+    assert not list(home.glob("*.pid"))

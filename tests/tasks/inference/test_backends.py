@@ -50,6 +50,7 @@ def test_openai_backend_against_a_real_local_server(model_server, catalog) -> No
     first = generate_candidates(range(4), seeds, tools, 2, para)  # one request at a time on the server: 4, not 8
     assert generate_candidates(range(4), seeds, tools, 2, para) == first  # per-request seeds
     _check_rows(*first, "openai", 4)
+    assert first[0], "no paraphrase was accepted: the rows' generator tag went unchecked"
     bad = httpx.post(f"{server}/chat/completions", json={"model": "smol", "messages": []})
     assert bad.status_code == 422 and "messages" in bad.text
 

@@ -331,7 +331,7 @@ def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(datas
     tuned, _ = load_causal_lm(Path(result["adapter"]))
     with torch.no_grad():
         nll = [float(Replay(tokenizer, unseen[:12], seed=0, rows=12, weight=1.0).nll(m.eval(), 0, 1))
-               for m in (base, tuned)]  # 12 of the ~60 unseen tasks: the whole pool cost 38 s for the same answer
+               for m in (base, tuned)]  # 12 of the ~60 unseen tasks (1.00 -> 0.64 here; all of them cost 38 s)
     assert nll[1] < nll[0] - 0.1, nll
 
 
