@@ -26,7 +26,7 @@ stop() {  # workers|server, signal, name...: signal them, wait up to 30 s for al
     local alive=0
     for pid in $pids; do
       case $(ps -o stat= -p "$pid" 2>/dev/null) in ""|Z*) continue ;; esac  # zombies are gone
-      if [ "$kind" = workers ] && [ -z "$(ps -o pid= --ppid "$pid")" ]; then
+      if [ "$kind" = workers ] && [ -z "$(ps -o stat= --ppid "$pid" | grep -v '^Z')" ]; then  # no live child
         idle[$pid]=$(( ${idle[$pid]:-0} + 1 ))
         [ "${idle[$pid]}" -ge 3 ] && { kill -KILL -- "-$pid" 2>/dev/null; continue; }
       else

@@ -231,11 +231,7 @@ def test_stop_lets_a_running_flow_run_finish_then_leaves_nothing_running(stack) 
     pids = {name: int((home / f"{name}.pid").read_text()) for name in ("worker-cpu", "worker-gpu", "server")}
     before = _versions(stack)
     run = _trigger(stack, "generate-dataset/on-demand", {"seed": 23, "n": 100})
-    deadline = time.time() + 120
-    while not subprocess.run(["ps", "-o", "pid=", "--ppid", str(pids["worker-cpu"])], capture_output=True,
-                             text=True).stdout.strip():  # the worker started the flow run's process
-        assert time.time() < deadline, "the cpu worker never started the flow run"
-        time.sleep(0.2)
+    _wait(stack, run.id, until=lambda r: r.state.is_running() and "generate-variants" in _task_states(stack, r.id))
     _sh("deploy/stop.sh", "--home", str(home))
     new = [v for v in _versions(stack) if v not in before]
     assert [read_manifest(v).run_seed for v in new] == [23], (run.name, new)
