@@ -35,10 +35,9 @@ ${db:+export PREFECT_API_DATABASE_CONNECTION_URL=$db}
 ENV
 # shellcheck disable=SC1091
 source "$home/env.sh"
-started() {  # the pid file names a live process; a killed one not yet reaped (a zombie: kill -0 still works) is down
-  local pid; pid=$(cat "$home/$1.pid" 2>/dev/null) || return 1
-  case $(ps -o stat= -p "$pid" 2>/dev/null) in ""|Z*) return 1 ;; esac
-}
+# shellcheck source=deploy/pids.sh
+source "$root/deploy/pids.sh"
+started() { ours "$1" >/dev/null; }  # the pid file names the live process launch() started
 launch() {  # name, command...: a background process with its own session, log and pid file
   local name=$1; shift
   started "$name" && { echo "$name already running (pid $(cat "$home/$name.pid"))"; return; }

@@ -3,14 +3,16 @@
 # worker ignores SIGTERM; both are signalled at once; an idle one is stopped within a second, a busy one gets up to
 # 30 s for its flow runs to end: a flow run still going then keeps running without its worker), then the server.
 # The database and all outputs stay.
+# A pid file whose process is gone, or was reused by another program, is removed without signalling anything.
 set -uo pipefail
 home=$PWD/flywheel-home
 [ "${1:-}" = "--home" ] && home=${2:?--home DIR}
-signal() {  # signal, name...: send the signal to each process group; print the pids signalled
+# shellcheck source=deploy/pids.sh
+source "$(dirname "$0")/pids.sh"
+signal() {  # signal, name...: send the signal to each process group start.sh launched; print the pids signalled
   local sig=$1; shift
   for name in "$@"; do
-    [ -f "$home/$name.pid" ] || continue
-    local pid; pid=$(cat "$home/$name.pid")
+    local pid; pid=$(ours "$name") || continue
     kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null
     echo "$pid"
   done

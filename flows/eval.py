@@ -100,11 +100,11 @@ def group_calls(pending: list[tuple[str, list[Item]]], rows: int) -> list[list[t
     return calls
 
 
-def reuse_batch(path: Path, folders: tuple[str, ...], items: list[Item]) -> bool:
+def reuse_batch(path: Path, folders: tuple[str, ...], items: list[Item]) -> str | None:
     """Copy batch file ``path``'s namesake from an earlier eval folder (``EvalConfig.reuse``): its name is the hash
     of everything its rows depend on, so a finished one there holds the rows this eval would write. One that is not
     a plain file of exactly the rollout columns and types, for exactly ``items``' tasks, samples and seeds, is
-    skipped: the batch runs."""
+    skipped: the batch runs. Returns the folder it was copied from, or None."""
     want = [(task.id, sample, seed) for task, _, sample, seed in items]
     for folder in folders:
         source = Path(folder) / "batches" / path.name
@@ -116,19 +116,24 @@ def reuse_batch(path: Path, folders: tuple[str, ...], items: list[Item]) -> bool
             continue  # not parquet
         if dict(rows.schema) == ROLLOUT_SCHEMA and rows.select("task_id", "sample", "seed").rows() == want:
             write_rows(rows, path, ROLLOUT_SCHEMA)
-            return True
-    return False
+            return folder
+    return None
 
 
 def pending_batches(paths: list[Path], batches: list[list[tuple[int, int, int]]], tasks: list[Task],
-                    tools: list[str], reuse: tuple[str, ...]) -> list[tuple[str, list[Item]]]:
-    """The batches left to run: not finished in OUT/batches, nor copied from a ``reuse`` folder."""
-    pending = []
+                    tools: list[str], reuse: tuple[str, ...]) -> tuple[list[tuple[str, list[Item]]], dict[str, int]]:
+    """The batches left to run: not finished in OUT/batches, nor copied from a ``reuse`` folder; and how many
+    were copied from each folder."""
+    pending, copied = [], {}
     for path, batch in zip(paths, batches):
         items = [(tasks[t], tools[t], s, seed) for t, s, seed in batch]
-        if not (path.is_file() or reuse_batch(path, reuse, items)):
+        if path.is_file():
+            continue
+        if folder := reuse_batch(path, reuse, items):
+            copied[folder] = copied.get(folder, 0) + 1
+        else:
             pending.append((str(path), items))
-    return pending
+    return pending, copied
 
 
 @task(name="eval-batch", cache_policy=NO_CACHE)
@@ -144,7 +149,8 @@ def eval_batch(backend: Backend, call: list[tuple[str, list[Item]]], sampling: S
 
 
 def make_report(config: EvalConfig, frame: pl.DataFrame, dataset: dict[str, Any], model: dict[str, Any],
-                verifiers: dict[str, str], batch_counts: dict[str, int], timings: dict[str, float]) -> EvalReport:
+                verifiers: dict[str, str], batch_counts: dict[str, int], timings: dict[str, float],
+                copied_from: dict[str, int] | None = None) -> EvalReport:
     k, prices = config.samples, (config.price_in, config.price_out)
     metrics = summarize(frame, k, config.bootstrap, config.seed, prices)
     groups = {col: {v: summarize(frame.filter(pl.col(col) == v), k, config.bootstrap, config.seed, prices)
@@ -158,7 +164,7 @@ def make_report(config: EvalConfig, frame: pl.DataFrame, dataset: dict[str, Any]
         n_rollouts=frame.height, metrics=metrics, per_env=groups["env"], per_tool=groups["tool"],
         failure_buckets=buckets(frame), decision=decide(metrics, k, config.thresholds), task_pass=task_pass(table),
         files={"rollouts": "rollouts.parquet", "per_task": "per_task.parquet", "report_md": "report.md"},
-        batches=batch_counts, timings=timings, code_version=code_version(),
+        batches=batch_counts, copied_from=copied_from or {}, timings=timings, code_version=code_version(),
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
@@ -195,8 +201,8 @@ def eval_policy(config: EvalConfig) -> EvalResult:
                 "code": code_version()}
     batches = chunks(plan([t.id for t in tasks], config.samples, config.seed), config.batch_size)
     paths = [out / "batches" / f"{i:05d}-{_key([identity, batch])[:16]}.parquet" for i, batch in enumerate(batches)]
-    pending = pending_batches(paths, batches, tasks, tools, config.reuse)
-    counts = {"total": len(batches), "reused": len(batches) - len(pending), "run": 0}
+    pending, copied = pending_batches(paths, batches, tasks, tools, config.reuse)
+    counts = {"total": len(batches), "reused": len(batches) - len(pending), "copied": sum(copied.values()), "run": 0}
     progress("eval", counts["reused"], len(batches))
     t_load, t_gen = 0.0, 0.0  # the model's load and the rollouts: none when every batch is done or copied
     if pending:
@@ -212,7 +218,7 @@ def eval_policy(config: EvalConfig) -> EvalResult:
         t_load, t_gen = t2 - t1, time.perf_counter() - t2
     frame = pl.concat([pl.read_parquet(p) for p in paths])
     report = make_report(config, frame, dataset, model, verifiers, counts,
-                         {"load_s": round(t_load, 3), "rollouts_s": round(t_gen, 3)})
+                         {"load_s": round(t_load, 3), "rollouts_s": round(t_gen, 3)}, copied)
     report = write_outputs(out, report, frame)
     key = "".join(c if c.isalnum() else "-" for c in f"eval-{dataset['name']}-{config.split}".lower())
     create_markdown_artifact(key=key, markdown=markdown(report), description="baseline evaluation report")

@@ -49,8 +49,9 @@ class GenerateResult(Result):
 
 class BatchCounts(Result):
     total: int
-    reused: int
+    reused: int  # finished before (a resumed eval) or copied from a ``reuse`` folder
     run: int
+    copied: int = 0  # of ``reused``: copied from a ``reuse`` folder (the report's ``copied_from`` names them)
 
 
 class EvalResult(Result):

@@ -76,6 +76,7 @@ class EvalReport(Record):
     task_pass: TaskPass
     files: dict[str, str]
     batches: dict[str, int]
+    copied_from: dict[str, int] = {}  # batches copied from an earlier eval folder (``EvalConfig.reuse``), per folder
     timings: dict[str, float]
     code_version: str
     created_at: str

@@ -276,3 +276,38 @@ def test_start_refuses_a_bad_gpu_slots_value_before_it_starts_anything(tmp_path,
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip() == f"--gpu-slots must be a whole number from 1 to 9999, got '{slots}'"
     assert not home.exists()
+
+
+def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_say(tmp_path) -> None:
+    """A pid file outlives its process (a reboot, kill -9) and the pid can be reused: deploy/stop.sh signals a pid only
+    while it leads its own session running `prefect worker|server start` (what start.sh launched); any other pid
+    file is removed and its process left alone."""
+    home = tmp_path / "home"
+    home.mkdir()
+    sleep = ["bash", "-c", 'exec -a "$0" sleep 300']
+    ours = subprocess.Popen([*sleep, "/venv/bin/python /venv/bin/prefect worker start --pool cpu"],
+                            start_new_session=True)
+    reused = subprocess.Popen(["sleep", "300"], start_new_session=True)  # another program, its own session
+    posing = subprocess.Popen([*sleep, "prefect worker start --pool gpu"])  # the right name, not a session leader
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    files = {"worker-cpu": ours.pid, "worker-gpu": posing.pid, "server": reused.pid}
+    try:
+        for name, pid in files.items():
+            (home / f"{name}.pid").write_text(f"{pid}\n")
+        done = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), "--home", str(home)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "stopped the Prefect stack" in done.stdout, done.stdout + done.stderr
+        assert ours.wait(timeout=10) == -2  # SIGINT, as a worker is stopped
+        assert reused.poll() is None and posing.poll() is None  # never signalled
+        assert not list(home.glob("*.pid"))
+        for name, text in (("server", "12ab\n"), ("worker-cpu", f"{dead.pid}\n"), ("worker-gpu", "")):
+            (home / f"{name}.pid").write_text(text)  # garbage, a pid no process has, empty: removed, nothing signalled
+        again = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), "--home", str(home)],
+                               capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and not again.stderr and not list(home.glob("*.pid")), again.stderr
+        assert reused.poll() is None and posing.poll() is None
+    finally:
+        for proc in (ours, reused, posing):
+            proc.kill()
+            proc.wait()

@@ -109,6 +109,8 @@ def markdown(report: EvalReport) -> str:
               f"Dataset `{r.dataset['path']}` (content {r.dataset['content_hash'][:12]}), "
               f"model `{r.model['model_id']}` "
               f"(hash {str(r.model.get('hash'))[:12]}), code {r.code_version}; batches {r.batches}."]
+    lines += [f"Batches copied from `{folder}` (the same weights, sampling and tasks): {n}."
+              for folder, n in r.copied_from.items()]
     return "\n".join(lines) + "\n"
 
 

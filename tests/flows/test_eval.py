@@ -101,7 +101,8 @@ def test_eval_on_the_embedded_model_is_reproducible_and_complete(tool_dataset, t
     assert {k: v for k, v in report.metrics.items() if k not in skip} == \
         {k: v for k, v in again.metrics.items() if k not in skip}
     assert report.decision == again.decision and first["decision"] == report.decision.action
-    assert report.n_tasks == 6 and report.n_rollouts == 12 and report.batches == {"total": 3, "reused": 0, "run": 3}
+    assert report.n_tasks == 6 and report.n_rollouts == 12
+    assert report.batches == {"total": 3, "reused": 0, "copied": 0, "run": 3}
     assert report.model["hash"] and report.dataset["content_hash"] and report.verifiers == {"tool_call": "1.1.0"}
     assert report.model["backend"] == "transformers"  # auto: 12 rollouts are too few to pay for vLLM's start
     for key in ("valid_output_rate", "correct_tool_rate", "unsafe_action_rate", "pass@1", "pass@2", "latency_p95_s"):
@@ -132,7 +133,8 @@ def test_killed_eval_keeps_finished_batches_and_rerun_does_only_the_rest(tool_da
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     report = EvalReport.model_validate_json((out / "report.json").read_text())
-    assert report.batches == {"total": 4, "reused": len(done_before), "run": 4 - len(done_before)}
+    assert report.batches == {"total": 4, "reused": len(done_before), "copied": 0,
+                              "run": 4 - len(done_before)}
     assert report.n_rollouts == 8
     for name, (mtime, data) in done_before.items():
         path = out / "batches" / name
@@ -159,19 +161,20 @@ def test_an_eval_copies_the_batches_of_the_same_weights_and_runs_the_rest(tool_d
         return EvalReport.model_validate_json((tmp_path / name / "report.json").read_text())
 
     first = report("a", sft)
-    assert first.batches == {"total": 2, "reused": 0, "run": 2}
+    assert first.batches == {"total": 2, "reused": 0, "copied": 0, "run": 2} and first.copied_from == {}
     broken = tmp_path / "broken" / "batches"
     broken.mkdir(parents=True)
     one, two = sorted((tmp_path / "a" / "batches").glob("*.parquet"))
     (broken / one.name).write_bytes(b"not parquet")  # a batch there that does not read runs here
     (broken / two.name).write_bytes(one.read_bytes())  # and so does one holding other tasks' rollouts
     copied = report("b", start, str(broken.parent), str(tmp_path / "a"))
-    assert copied.batches == {"total": 2, "reused": 2, "run": 0}
+    assert copied.batches == {"total": 2, "reused": 2, "copied": 2, "run": 0}
+    assert copied.copied_from == {str(tmp_path / "a"): 2}  # the report names where its rollouts came from
     assert copied.timings == {"load_s": 0.0, "rollouts_s": 0.0}  # no model loaded, no engine started
     assert copied.model["model_id"] == str(start) and copied.model["hash"] == fingerprint(start) != fingerprint(sft)
     a, b = (pl.read_parquet(tmp_path / x / "rollouts.parquet") for x in "ab")
     assert a.equals(b) and first.metrics == copied.metrics
-    assert report("c", other, str(tmp_path / "a")).batches == {"total": 2, "reused": 0, "run": 2}
+    assert report("c", other, str(tmp_path / "a")).batches == {"total": 2, "reused": 0, "copied": 0, "run": 2}
     linked = tmp_path / "linked" / "batches"
     linked.mkdir(parents=True)
     (linked / one.name).symlink_to(one)  # only plain files are copied: a link could name any file
@@ -181,7 +184,7 @@ def test_an_eval_copies_the_batches_of_the_same_weights_and_runs_the_rest(tool_d
     for batch, column in ((one, "success"), (two, "seed")):  # the right rows in other types: a cast could forge them
         pl.read_parquet(batch).with_columns(pl.col(column).cast(pl.Float64)).write_parquet(retyped / batch.name)
     folders = (str(broken.parent), str(linked.parent), str(retyped.parent))
-    assert report("d", start, *folders).batches == {"total": 2, "reused": 0, "run": 2}
+    assert report("d", start, *folders).batches == {"total": 2, "reused": 0, "copied": 0, "run": 2}
     assert pl.read_parquet(tmp_path / "d" / "rollouts.parquet").select(STABLE).equals(a.select(STABLE))
 
 
@@ -237,7 +240,7 @@ def test_vllm_backend_seeds_records_and_eval(tool_dataset, tmp_path) -> None:
     # the three batches went to vLLM in one call and came back split into their own files, in plan order
     files = sorted((tmp_path / "v" / "batches").glob("*.parquet"))
     assert [pl.read_parquet(f).height for f in files] == [4, 4, 4] and report.batches == {"total": 3, "reused": 0,
-                                                                                            "run": 3}
+                                                                                            "copied": 0, "run": 3}
     rows = pl.concat([pl.read_parquet(f) for f in files])
     assert rows.select("task_id", "sample").rows() == sorted(rows.select("task_id", "sample").rows())
     assert rows["seed"].to_list() == [rollout_seed(0, t, s) for t, s in rows.select("task_id", "sample").rows()]

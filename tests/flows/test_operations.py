@@ -159,9 +159,10 @@ def _state(pid: int) -> str | None:
         return None
 
 
-def test_start_brings_back_a_process_whose_pid_is_a_zombie(stack) -> None:
+def test_start_brings_back_a_process_whose_pid_is_a_zombie_or_reused(stack) -> None:
     """A killed process its parent has not reaped yet (a zombie: `kill -0` still succeeds; PID 1 of a container or a
-    slow VM reaps late) is down: start.sh starts a new one instead of saying "already running" (a CI flake)."""
+    slow VM reaps late) is down: start.sh starts a new one instead of saying "already running" (a CI flake). So is a
+    pid now held by another program."""
     pidfile = Path(stack["home"]) / "worker-cpu.pid"
     os.kill(int(pidfile.read_text()), signal.SIGKILL)
     zombie = subprocess.Popen(["true"])  # never waited on until the end: a zombie of this process
@@ -178,6 +179,16 @@ def test_start_brings_back_a_process_whose_pid_is_a_zombie(stack) -> None:
         assert worker != zombie.pid and _state(worker) not in (None, "Z")
     finally:
         zombie.wait()
+    # its pid reused by another program (a reboot, a long uptime): down too, and that program is left alone
+    os.kill(worker, signal.SIGKILL)
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        pidfile.write_text(f"{other.pid}\n")
+        assert "worker-cpu already running" not in _sh(*stack["start"], env=stack["env"])
+        assert int(pidfile.read_text()) not in (other.pid, worker) and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> None:

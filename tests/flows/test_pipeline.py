@@ -73,7 +73,8 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     # the GRPO eval copies SFT's batches exactly when GRPO kept its start adapter (SFT's weights, saved again)
     after = EvalReport.model_validate_json(Path(summary["evals"]["after GRPO"]["report"]).read_text())
     kept_start = summary["stages"]["grpo"]["selected_step"] == 0
-    assert after.batches["reused"] == (after.batches["total"] if kept_start else 0), (kept_start, after.batches)
+    assert after.batches["copied"] == (after.batches["total"] if kept_start else 0), (kept_start, after.batches)
+    assert after.copied_from == ({summary["stages"]["sft"]["eval"]: after.batches["total"]} if kept_start else {})
     assert summary["pick_reason"] in result.stdout and f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" in result.stdout
     aliases = reg.aliases()
     assert aliases["candidate"] == grpo.id and aliases.get("production") == (picked.id if passed else None)
