@@ -7,12 +7,17 @@
 set -uo pipefail
 home=$PWD/flywheel-home
 [ "${1:-}" = "--home" ] && home=${2:?--home DIR}
+[ -d "$home" ] && home=$(cd "$home" && pwd)  # as start.sh wrote it into env.sh: absolute
 # shellcheck source=deploy/pids.sh
-source "$(dirname "$0")/pids.sh"
+source "$(dirname "$(readlink -f "$0")")/pids.sh" || exit 1
 signal() {  # signal, name...: send the signal to each process group start.sh launched; print the pids signalled
   local sig=$1; shift
   for name in "$@"; do
-    local pid; pid=$(ours "$name") || continue
+    [ -f "$home/$name.pid" ] || continue
+    local pid; pid=$(ours "$name") || {
+      echo "$name.pid names pid $(tr -dc '[:alnum:]' <"$home/$name.pid" | head -c 20), not this home's prefect $name: a stale pid file," \
+           "removed; nothing signalled" >&2
+      continue; }
     kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null
     echo "$pid"
   done

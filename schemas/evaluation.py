@@ -76,7 +76,9 @@ class EvalReport(Record):
     task_pass: TaskPass
     files: dict[str, str]
     batches: dict[str, int]
-    copied_from: dict[str, int] = {}  # batches copied from an earlier eval folder (``EvalConfig.reuse``), per folder
+    # batches this invocation copied from an earlier eval folder (``EvalConfig.reuse``), per folder; a resumed eval
+    # counts the ones copied before as reused (``batches["reused"]``), as it counts its own finished batches
+    copied_from: dict[str, int] = {}
     timings: dict[str, float]
     code_version: str
     created_at: str

@@ -280,34 +280,41 @@ def test_start_refuses_a_bad_gpu_slots_value_before_it_starts_anything(tmp_path,
 
 def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_say(tmp_path) -> None:
     """A pid file outlives its process (a reboot, kill -9) and the pid can be reused: deploy/stop.sh signals a pid only
-    while it leads its own session running `prefect worker|server start` (what start.sh launched); any other pid
-    file is removed and its process left alone."""
-    home = tmp_path / "home"
+    while it leads its own session running `prefect worker|server start` for this home (what start.sh launched); any
+    other pid file is removed with a line saying so, and its process left alone."""
+    home, other = tmp_path / "home", tmp_path / "other"
     home.mkdir()
-    sleep = ["bash", "-c", 'exec -a "$0" sleep 300']
-    ours = subprocess.Popen([*sleep, "/venv/bin/python /venv/bin/prefect worker start --pool cpu"],
-                            start_new_session=True)
+
+    def fake(args: str, flywheel_home: Path, session: bool = True) -> subprocess.Popen:
+        env = {**os.environ, "FLYWHEEL_HOME": str(flywheel_home)}
+        return subprocess.Popen(["bash", "-c", 'exec -a "$0" sleep 300', args], env=env, start_new_session=session)
+
+    worker = "/venv/bin/python /venv/bin/prefect worker start --pool cpu"
+    ours = fake(worker, home)
     reused = subprocess.Popen(["sleep", "300"], start_new_session=True)  # another program, its own session
-    posing = subprocess.Popen([*sleep, "prefect worker start --pool gpu"])  # the right name, not a session leader
+    posing = fake(worker, home, session=False)  # the right name and home, not a session leader
+    elsewhere = fake("/venv/bin/python /venv/bin/prefect server start", other)  # another home's server
     dead = subprocess.Popen(["true"])
     dead.wait()
     files = {"worker-cpu": ours.pid, "worker-gpu": posing.pid, "server": reused.pid}
+    stop = ["bash", str(REPO / "deploy" / "stop.sh"), "--home", str(home)]
     try:
         for name, pid in files.items():
             (home / f"{name}.pid").write_text(f"{pid}\n")
-        done = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), "--home", str(home)],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(stop, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and "stopped the Prefect stack" in done.stdout, done.stdout + done.stderr
         assert ours.wait(timeout=10) == -2  # SIGINT, as a worker is stopped
         assert reused.poll() is None and posing.poll() is None  # never signalled
+        assert f"server.pid names pid {reused.pid}, not this home's prefect server" in done.stderr
         assert not list(home.glob("*.pid"))
-        for name, text in (("server", "12ab\n"), ("worker-cpu", f"{dead.pid}\n"), ("worker-gpu", "")):
-            (home / f"{name}.pid").write_text(text)  # garbage, a pid no process has, empty: removed, nothing signalled
-        again = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), "--home", str(home)],
-                               capture_output=True, text=True, timeout=60)
-        assert again.returncode == 0 and not again.stderr and not list(home.glob("*.pid")), again.stderr
-        assert reused.poll() is None and posing.poll() is None
+        cases = (("server", f"{elsewhere.pid}\n"), ("worker-cpu", f"{dead.pid}\n"), ("worker-gpu", "12ab\n"))
+        for name, text in cases:  # another home's, a pid no process has, garbage: removed, nothing signalled
+            (home / f"{name}.pid").write_text(text)
+        again = subprocess.run(stop, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and not list(home.glob("*.pid")), again.stderr
+        assert again.stderr.count("a stale pid file, removed; nothing signalled") == 3, again.stderr
+        assert reused.poll() is None and posing.poll() is None and elsewhere.poll() is None
     finally:
-        for proc in (ours, reused, posing):
+        for proc in (ours, reused, posing, elsewhere):
             proc.kill()
             proc.wait()

@@ -40,7 +40,12 @@ def stack(tmp_path_factory) -> Iterator[dict]:
     port = free_port()
     start = ["deploy/start.sh", "--home", str(home), "--port", str(port), "--db", url]
     try:
-        out = _sh(*start, env=env)
+        try:
+            out = _sh(*start, env=env)
+        except AssertionError as err:  # the server could not start: say what the database did
+            log = pg / "postgres.log"
+            tail = log.read_text()[-3000:] if log.exists() else "none"
+            raise AssertionError(f"{err}\npostgres.log:\n{tail}") from err
         assert f"Prefect UI: http://127.0.0.1:{port}" in out
         yield {"home": home, "api": f"http://127.0.0.1:{port}/api", "start": start, "env": env, "db": url}
     finally:
@@ -175,6 +180,7 @@ def test_start_brings_back_a_process_whose_pid_is_a_zombie_or_reused(stack) -> N
         pidfile.write_text(f"{zombie.pid}\n")
         out = _sh(*stack["start"], env=stack["env"])
         assert "worker-cpu already running" not in out
+        assert "server already running" in out and "worker-gpu already running" in out  # the live ones are seen
         worker = int(pidfile.read_text())
         assert worker != zombie.pid and _state(worker) not in (None, "Z")
     finally:
@@ -184,7 +190,8 @@ def test_start_brings_back_a_process_whose_pid_is_a_zombie_or_reused(stack) -> N
     other = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         pidfile.write_text(f"{other.pid}\n")
-        assert "worker-cpu already running" not in _sh(*stack["start"], env=stack["env"])
+        out = _sh(*stack["start"], env=stack["env"])
+        assert "worker-cpu already running" not in out and "server already running" in out
         assert int(pidfile.read_text()) not in (other.pid, worker) and other.poll() is None
     finally:
         other.kill()
