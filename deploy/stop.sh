@@ -6,7 +6,11 @@
 # A pid file whose process is gone, or was reused by another program, is removed without signalling anything.
 set -uo pipefail
 home=$PWD/flywheel-home
-[ "${1:-}" = "--home" ] && home=${2:?--home DIR}
+case "${1:-}" in
+  --home) home=${2:?--home DIR} ;;
+  "") ;;
+  *) echo "unknown option $1 (usage: deploy/stop.sh [--home DIR])" >&2; exit 2 ;;
+esac
 [ -d "$home" ] && home=$(cd "$home" && pwd)  # as start.sh wrote it into env.sh: absolute
 # shellcheck source=deploy/pids.sh
 source "$(dirname "$(readlink -f "$0")")/pids.sh" || exit 1

@@ -318,3 +318,27 @@ def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_s
         for proc in (ours, reused, posing, elsewhere):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("option", ["--help", "--hme", "-h"])
+def test_stop_refuses_an_unknown_option_and_stops_nothing(tmp_path, option: str) -> None:
+    """deploy/stop.sh takes only --home DIR: a mistyped option is one line and exit 2, not a stop of the default home
+    (./flywheel-home), whose running process and pid file stay."""
+    home = tmp_path / "flywheel-home"
+    home.mkdir()
+    env = {**os.environ, "FLYWHEEL_HOME": str(home)}
+    worker = subprocess.Popen(["bash", "-c", 'exec -a "$0" sleep 300', "/v/bin/python /v/bin/prefect worker start"],
+                              env=env, start_new_session=True)
+    try:
+        (home / "worker-cpu.pid").write_text(f"{worker.pid}\n")
+        done = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), option], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and not done.stdout, done.stdout + done.stderr
+        assert done.stderr.strip() == f"unknown option {option} (usage: deploy/stop.sh [--home DIR])"
+        assert worker.poll() is None and (home / "worker-cpu.pid").exists()
+        stopped = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh")], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=60)
+        assert stopped.returncode == 0 and worker.wait(timeout=10) == -2  # no option: the default home is stopped
+    finally:
+        worker.kill()
+        worker.wait()
