@@ -23,10 +23,22 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $gpu_slots in ""|*[!0-9]*|0*|?????*) echo "--gpu-slots must be a whole number from 1 to 9999, got '$gpu_slots'" >&2; exit 2 ;; esac
+case $port in ""|*[!0-9]*|0*|??????*) echo "--port must be a whole number from 1 to 65535, got '$port'" >&2; exit 2 ;; esac
+[ "$port" -le 65535 ] || { echo "--port must be a whole number from 1 to 65535, got '$port'" >&2; exit 2; }
 case $db in ""|postgresql+asyncpg://*|sqlite+aiosqlite://*) ;; *) echo "--db must be postgresql+asyncpg://... or sqlite+aiosqlite://..., got $db" >&2; exit 2 ;; esac
 mkdir -p "$home/logs" && home=$(cd "$home" && pwd)
 bin=$root/.venv/bin
 [ -x "$bin/prefect" ] || { echo "no $bin/prefect: run deploy/install.sh first" >&2; exit 2; }
+# shellcheck source=deploy/pids.sh
+source "$root/deploy/pids.sh"
+started() { ours "$1" >/dev/null; }  # the pid file names the live process launch() started
+# a port another program holds would answer the health check below for a server that could not bind it: this
+# home's pools, gpu limit, deployments and workers would go to another home's server
+if ! started server && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  echo "port $port on 127.0.0.1 is in use by another program (another home's Prefect server?): nothing started;" \
+       "pass --port with a free port" >&2
+  exit 1
+fi
 cat >"$home/env.sh" <<ENV
 export PREFECT_HOME=$home/prefect PREFECT_API_URL=http://127.0.0.1:$port/api
 export PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1 GX_ANALYTICS_ENABLED=false
@@ -35,9 +47,6 @@ ${db:+export PREFECT_API_DATABASE_CONNECTION_URL=$db}
 ENV
 # shellcheck disable=SC1091
 source "$home/env.sh"
-# shellcheck source=deploy/pids.sh
-source "$root/deploy/pids.sh"
-started() { ours "$1" >/dev/null; }  # the pid file names the live process launch() started
 launch() {  # name, command...: a background process with its own session, log and pid file
   local name=$1; shift
   started "$name" && { echo "$name already running (pid $(cat "$home/$name.pid"))"; return; }
@@ -45,11 +54,15 @@ launch() {  # name, command...: a background process with its own session, log a
   echo $! >"$home/$name.pid"
 }
 launch server "$bin/prefect" server start --host 127.0.0.1 --port "$port"
-for _ in $(seq 240); do
-  "$bin/python" -c "import httpx,sys; sys.exit(httpx.get('$PREFECT_API_URL/health', timeout=1).status_code != 200)" 2>/dev/null && break
+healthy=0
+for _ in $(seq 240); do  # an answer counts while ours runs: one that exited is not whatever answers on the port
+  "$bin/python" -c "import httpx,sys; sys.exit(httpx.get('$PREFECT_API_URL/health', timeout=1).status_code != 200)" 2>/dev/null && started server && { healthy=1; break; }
   started server || { echo "prefect server exited; see $home/logs/server.log:" >&2; tail -20 "$home/logs/server.log" >&2; exit 1; }
   sleep 0.5
 done
+[ "$healthy" = 1 ] || { echo "the prefect server (pid $(cat "$home/server.pid")) did not answer $PREFECT_API_URL/health" \
+  "within 2 minutes (one of this home already running on another port? deploy/stop.sh --home $home first); see" \
+  "$home/logs/server.log" >&2; exit 1; }
 cd "$root"
 "$bin/python" deploy/pools.py "$gpu_slots" 2>"$home/logs/pools.log" \
   || { echo "setting the work pools and the gpu limit failed; see $home/logs/pools.log:" >&2

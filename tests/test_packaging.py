@@ -278,6 +278,56 @@ def test_start_refuses_a_bad_gpu_slots_value_before_it_starts_anything(tmp_path,
     assert not home.exists()
 
 
+@pytest.mark.parametrize("port", ["0", "x", "080", "65536", ""])
+def test_start_refuses_a_bad_port_before_it_starts_anything(tmp_path, port: str) -> None:
+    home = tmp_path / "home"
+    done = subprocess.run(["bash", str(REPO / "deploy" / "start.sh"), "--home", str(home), "--port", port],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == f"--port must be a whole number from 1 to 65535, got '{port}'"
+    assert not home.exists()
+
+
+def test_start_refuses_a_port_another_program_holds_and_sends_it_nothing(tmp_path) -> None:
+    """Something answering on --port (another home's Prefect server) passed start.sh's health check for a server that
+    could not bind the port, and this home's work pools, gpu limit, deployments and workers went to that server.
+    start.sh now refuses before it writes env.sh or launches anything: the server here, which answers every GET
+    with 200 as a healthy Prefect would, gets no request at all."""
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            requests.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        do_POST = do_PUT = do_PATCH = do_GET  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    requests: list[str] = []
+    home = tmp_path / "home"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        done = subprocess.run(["bash", str(REPO / "deploy" / "start.sh"), "--home", str(home), "--port", str(port)],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+        server.server_close()
+        stop = ["bash", str(REPO / "deploy" / "stop.sh"), "--home", str(home)]
+        subprocess.run(stop, capture_output=True, timeout=120)  # the old start.sh launched workers
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip() == (f"port {port} on 127.0.0.1 is in use by another program (another home's Prefect "
+                                   "server?): nothing started; pass --port with a free port")
+    assert requests == [] and not done.stdout
+    assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == ["logs"]  # no env.sh, no pid file
+
+
 def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_say(tmp_path) -> None:
     """A pid file outlives its process (a reboot, kill -9) and the pid can be reused: deploy/stop.sh signals a pid only
     while it leads its own session running `prefect worker|server start` for this home (what start.sh launched); any

@@ -11,7 +11,7 @@ from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_ap
 from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
 from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP
-from flywheel.tasks.training.train import TRAIN_ON_HELP
+from flywheel.tasks.training.train import SCALE_HELP, TRAIN_ON_HELP
 from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
 
 
@@ -40,6 +40,7 @@ def train(
     loss_type: str = typer.Option("dapo", help="GRPO loss: grpo | dapo | dr_grpo | gspo (sequence-level IS)."),
     beta: float = typer.Option(0.0, help="GRPO: KL coefficient (0: no reference pass). From an adapter (--model), "
                                          "the KL anchors on that adapter's policy, not the base model."),
+    scale_rewards: str = typer.Option("group", help=SCALE_HELP),
     refill: int = typer.Option(2, help="GRPO online filtering: a group whose G rewards are all equal carries no "
                                        "signal and is replaced by a fresh task's group, up to N times (0: kept)."),
     reward: str = typer.Option("verifier", help=REWARD_HELP),
@@ -74,8 +75,8 @@ def train(
                              lora_r=lora_r, lora_alpha=2 * lora_r,
                              lora_targets=lora_targets,
                              num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
-                             reward=reward, replay_weight=replay_weight, replay_rows=replay_rows,
-                             replay_focus=replay_focus,
+                             scale_rewards=scale_rewards, reward=reward, replay_weight=replay_weight,
+                             replay_rows=replay_rows, replay_focus=replay_focus,
                              rollout_backend=rollout_backend, validation=validation,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)

@@ -65,6 +65,9 @@ def single_turn_envs() -> tuple[str, ...]:
 
 TRAIN_ON_HELP = ("GRPO with --skip-tasks: train on the eval's mixed tasks (solved in some samples, not all), or on "
                  "its failures (mixed and never solved; with a greedy eval, the tasks greedy decoding gets wrong).")
+SCALE_HELP = ("GRPO: how a group's rewards become advantages (TRL's scale_rewards): group (minus the group mean, over "
+              "the group's std) | batch (over the batch's std) | none (minus the mean only, as in Dr. GRPO: a "
+              "nearly solved group's one failure is not magnified by its small std).")
 
 
 def skip_ids(path: str, train_on: str = "mixed") -> set[str]:
@@ -132,6 +135,7 @@ class TrainConfig(BaseModel):
     num_generations: int = Field(default=8, ge=2, le=256)
     loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = "dapo"
     beta: float = Field(default=0.0, ge=0.0, le=100.0)
+    scale_rewards: Literal["group", "batch", "none"] = Field(default="group", description=SCALE_HELP)
     max_completion_length: int = Field(default=64, ge=1, le=8192)  # eval's --max-tokens bound: it evaluates with it
     temperature: float = Field(default=1.0, gt=0.0, le=2.0)
     eval_interval: int = Field(default=10, ge=0)  # 0: no held-out checks while training
@@ -330,6 +334,7 @@ def _trainer(config: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task],
     args = GRPOConfig(per_device_train_batch_size=micro, num_generations=config.num_generations,
                       loss_type="grpo" if gspo else config.loss_type,
                       importance_sampling_level="sequence" if gspo else "token", beta=config.beta,
+                      scale_rewards=config.scale_rewards,
                       max_completion_length=config.max_completion_length, temperature=config.temperature, **common)
     if replay is not None:
         from flywheel.tasks.training.replay import replay_trainer

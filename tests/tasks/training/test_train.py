@@ -128,7 +128,8 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     assert [r["step"] for r in rows] == [1, 2] and all("heldout_success" in r and r["loss"] > 0 for r in rows)
     sft_version = json.loads(runner.invoke(app, ["registry", "show", "candidate", "--registry", str(reg)]).output)
     grpo = runner.invoke(app, ["train", "--out", str(tmp_path / "grpo"), "--method", "grpo", "--loss-type", "gspo",
-                               "--model", str(tmp_path / "sft" / "adapter"), "--parent", sft_version["id"],
+                               "--scale-rewards", "none", "--model", str(tmp_path / "sft" / "adapter"),
+                               "--parent", sft_version["id"],
                                "--max-steps", "2", "--batch-size", "4", "--num-generations", "2",
                                "--eval-interval", "1", "--validation", "2", "--refill", "1", "--reward", "success",
                                *common])
@@ -158,6 +159,7 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     assert shown["dataset"]["content_hash"] == manifest["content_hash"]
     assert shown["dataset"]["seeds_hash"] == manifest["seeds_hash"] and shown["verifiers"]["tool_call"]
     assert shown["training"]["config"]["reward"] == "success"
+    assert shown["training"]["config"]["scale_rewards"] == "none"
     assert shown["training"]["config"]["loss_type"] == "gspo" and shown["metrics"]["success_rate"]["value"] is not None
     log = json.loads((tmp_path / "grpo" / "train_log.json").read_text())
     assert log["base_model"] == str(tmp_path / "sft" / "adapter") and len(log["history"]) == 3
