@@ -33,8 +33,13 @@ bin=$root/.venv/bin
 source "$root/deploy/pids.sh"
 started() { ours "$1" >/dev/null; }  # the pid file names the live process launch() started
 # a port another program holds would answer the health check below for a server that could not bind it: this
-# home's pools, gpu limit, deployments and workers would go to another home's server
-if ! started server && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+# home's pools, gpu limit, deployments and workers would go to another home's server; and this home's running
+# server stays on its port (env.sh, which its users source, keeps saying which)
+if started server; then
+  grep -Fq "PREFECT_API_URL=http://127.0.0.1:$port/api" "$home/env.sh" || {
+    echo "this home's prefect server (pid $(cat "$home/server.pid")) runs on $(grep -o '127.0.0.1:[0-9]*' "$home/env.sh")," \
+         "not port $port: nothing changed; pass its --port, or deploy/stop.sh --home $home first" >&2; exit 1; }
+elif (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
   echo "port $port on 127.0.0.1 is in use by another program (another home's Prefect server?): nothing started;" \
        "pass --port with a free port" >&2
   exit 1
@@ -61,8 +66,7 @@ for _ in $(seq 240); do  # an answer counts while ours runs: one that exited is 
   sleep 0.5
 done
 [ "$healthy" = 1 ] || { echo "the prefect server (pid $(cat "$home/server.pid")) did not answer $PREFECT_API_URL/health" \
-  "within 2 minutes (one of this home already running on another port? deploy/stop.sh --home $home first); see" \
-  "$home/logs/server.log" >&2; exit 1; }
+  "within 2 minutes; see $home/logs/server.log" >&2; exit 1; }
 cd "$root"
 "$bin/python" deploy/pools.py "$gpu_slots" 2>"$home/logs/pools.log" \
   || { echo "setting the work pools and the gpu limit failed; see $home/logs/pools.log:" >&2

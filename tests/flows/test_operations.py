@@ -196,6 +196,14 @@ def test_start_brings_back_a_process_whose_pid_is_a_zombie_or_reused(stack) -> N
     finally:
         other.kill()
         other.wait()
+    # a restart on another port would have rewritten env.sh for a server that stays on its own: refused
+    env_sh = (Path(stack["home"]) / "env.sh").read_text()
+    start = [*stack["start"]]
+    start[start.index("--port") + 1] = "1"
+    done = subprocess.run(["bash", *start], cwd=ROOT, capture_output=True, text=True, timeout=60, env=stack["env"])
+    port = stack["api"].split(":")[-1].split("/")[0]
+    assert done.returncode == 1 and f"runs on 127.0.0.1:{port}, not port 1: nothing changed" in done.stderr
+    assert (Path(stack["home"]) / "env.sh").read_text() == env_sh
 
 
 def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> None:
