@@ -19,7 +19,12 @@ case $cmd in
     if [ ! -f "$dir/data/PG_VERSION" ]; then
       as_pg "$bin/initdb" -D "$dir/data" -U prefect --auth=trust -E UTF8 >"$dir/initdb.log"
     fi
-    as_pg "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1 || as_pg "$bin/pg_ctl" -D "$dir/data" -o "-h 127.0.0.1 -p $port -k $dir" -l "$dir/postgres.log" -w -t 60 start >/dev/null
+    if as_pg "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then  # running: on its own port (postmaster.pid line 4)
+      running=$(sed -n 4p "$dir/data/postmaster.pid")
+      [ "$running" = "$port" ] || { echo "the PostgreSQL in $dir already runs on port $running, not $port: pass $running, or stop it first" >&2; exit 2; }
+    else
+      as_pg "$bin/pg_ctl" -D "$dir/data" -o "-h 127.0.0.1 -p $port -k $dir" -l "$dir/postgres.log" -w -t 60 start >/dev/null
+    fi
     "$bin/psql" -h 127.0.0.1 -p "$port" -U prefect -d postgres -tAc "select 1 from pg_database where datname='prefect'" | grep -q 1 \
       || "$bin/psql" -h 127.0.0.1 -p "$port" -U prefect -d postgres -qc "create database prefect"
     echo "postgresql+asyncpg://prefect@127.0.0.1:$port/prefect"

@@ -37,7 +37,7 @@ started() { ours "$1" >/dev/null; }  # the pid file names the live process launc
 # server stays on its port (env.sh, which its users source, keeps saying which)
 if started server; then
   grep -Fq "PREFECT_API_URL=http://127.0.0.1:$port/api" "$home/env.sh" || {
-    echo "this home's prefect server (pid $(cat "$home/server.pid")) runs on $(grep -o '127.0.0.1:[0-9]*' "$home/env.sh")," \
+    echo "this home's prefect server (pid $(cat "$home/server.pid")) runs on $(grep -o 'API_URL=http://127.0.0.1:[0-9]*' "$home/env.sh" | cut -d/ -f3)," \
          "not port $port: nothing changed; pass its --port, or deploy/stop.sh --home $home first" >&2; exit 1; }
 elif (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
   echo "port $port on 127.0.0.1 is in use by another program (another home's Prefect server?): nothing started;" \

@@ -36,7 +36,8 @@ def stack(tmp_path_factory) -> Iterator[dict]:
     home = tmp_path_factory.mktemp("home")
     pg = Path(tempfile.mkdtemp(prefix="flywheel-pg-"))  # pytest's folders are private: user postgres cannot enter
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    url = _sh("deploy/postgres.sh", "start", str(pg), str(free_port())).strip().splitlines()[-1]
+    pg_port = free_port()
+    url = _sh("deploy/postgres.sh", "start", str(pg), str(pg_port)).strip().splitlines()[-1]
     port = free_port()
     start = ["deploy/start.sh", "--home", str(home), "--port", str(port), "--db", url]
     try:
@@ -47,7 +48,8 @@ def stack(tmp_path_factory) -> Iterator[dict]:
             tail = log.read_text()[-3000:] if log.exists() else "none"
             raise AssertionError(f"{err}\npostgres.log:\n{tail}") from err
         assert f"Prefect UI: http://127.0.0.1:{port}" in out
-        yield {"home": home, "api": f"http://127.0.0.1:{port}/api", "start": start, "env": env, "db": url}
+        yield {"home": home, "api": f"http://127.0.0.1:{port}/api", "start": start, "env": env, "db": url,
+               "pg": (pg, pg_port)}
     finally:
         subprocess.run(["bash", "deploy/stop.sh", "--home", str(home)], cwd=ROOT, timeout=120)
         subprocess.run(["bash", "deploy/postgres.sh", "stop", str(pg)], cwd=ROOT, timeout=120)
@@ -204,6 +206,19 @@ def test_start_brings_back_a_process_whose_pid_is_a_zombie_or_reused(stack) -> N
     port = stack["api"].split(":")[-1].split("/")[0]
     assert done.returncode == 1 and f"runs on 127.0.0.1:{port}, not port 1: nothing changed" in done.stderr
     assert (Path(stack["home"]) / "env.sh").read_text() == env_sh
+
+
+def test_postgres_start_again_prints_the_running_url_or_refuses_another_port(stack) -> None:
+    """postgres.sh start on a running cluster skipped its start and printed a URL for whatever PORT was passed, which
+    another server (trust auth) could answer: now the running port's URL, or a refusal naming it."""
+    pg, port = stack["pg"]
+    assert _sh("deploy/postgres.sh", "start", str(pg), str(port)).strip() == stack["db"]
+    other = free_port()
+    done = subprocess.run(["bash", "deploy/postgres.sh", "start", str(pg), str(other)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.strip() == f"the PostgreSQL in {pg} already runs on port {port}, not {other}: pass {port}, " \
+                                  "or stop it first"
 
 
 def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> None:
