@@ -266,25 +266,19 @@ def test_install_refuses_an_unknown_option_before_it_installs_anything(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy"]  # no venv, no wheel folder made
 
 
-@pytest.mark.parametrize("slots", ["0", "x", "01", "10000", ""])
-def test_start_refuses_a_bad_gpu_slots_value_before_it_starts_anything(tmp_path, slots: str) -> None:
-    """deploy/start.sh --gpu-slots takes 1 to 9999: anything else is one clear line and exit 2, before a home folder,
-    a server or a worker exists."""
-    home = tmp_path / "home"
-    done = subprocess.run(["bash", str(REPO / "deploy" / "start.sh"), "--home", str(home), "--gpu-slots", slots],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.strip() == f"--gpu-slots must be a whole number from 1 to 9999, got '{slots}'"
-    assert not home.exists()
+BAD_NUMBERS = [("--gpu-slots", v, "from 1 to 9999") for v in ("0", "x", "01", "10000", "")] + \
+              [("--port", v, "from 1 to 65535") for v in ("0", "x", "080", "65536", "")]
 
 
-@pytest.mark.parametrize("port", ["0", "x", "080", "65536", ""])
-def test_start_refuses_a_bad_port_before_it_starts_anything(tmp_path, port: str) -> None:
+@pytest.mark.parametrize(("option", "value", "bounds"), BAD_NUMBERS)
+def test_start_refuses_a_bad_number_before_it_starts_anything(tmp_path, option: str, value: str, bounds: str) -> None:
+    """deploy/start.sh --gpu-slots takes 1 to 9999 and --port 1 to 65535: anything else is one clear line and exit 2,
+    before a home folder, a server or a worker exists."""
     home = tmp_path / "home"
-    done = subprocess.run(["bash", str(REPO / "deploy" / "start.sh"), "--home", str(home), "--port", port],
+    done = subprocess.run(["bash", str(REPO / "deploy" / "start.sh"), "--home", str(home), option, value],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.strip() == f"--port must be a whole number from 1 to 65535, got '{port}'"
+    assert done.stderr.strip() == f"{option} must be a whole number {bounds}, got '{value}'"
     assert not home.exists()
 
 

@@ -86,6 +86,7 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
              (["--method", "dpo"], "--method"),
              (["--loss-type", "ppo"], "--loss-type"),
              (["--reward", "partial"], "--reward"),
+             (["--scale-rewards", "std"], "--scale-rewards: Input should be 'group', 'batch' or 'none'"),
              (["--method", "sft", "--replay-weight", "1"], "--replay-weight applies to GRPO only"),
              (["--replay-weight", "-1"], "--replay-weight"),
              (["--replay-rows", "0"], "--replay-rows"),
