@@ -14,6 +14,10 @@ def serve(
     name: str = typer.Option("flywheel-policy", help="Model name the server answers to."),
     host: str = typer.Option("127.0.0.1", help="Bind address."),
     port: int = typer.Option(8000, min=1, max=65535, help="Port."),
+    prompt_lookup: int = typer.Option(0, min=0, max=64, help="Latency option for one request at a time (an "
+                                      "agent's turns), greedy only: decode with drafts of up to this many tokens "
+                                      "copied from the context, each checked in one pass (4: 2.5x on a 5-step "
+                                      "workplace episode here, the texts of plain greedy decoding). 0: off."),
 ) -> None:
     """Serve a local checkpoint over an OpenAI-compatible API (/v1/chat/completions)."""
     import uvicorn
@@ -22,7 +26,7 @@ def serve(
     from flywheel.tasks.inference.serving import create_app
 
     try:
-        app_ = create_app(HFChatModel(model), name)
+        app_ = create_app(HFChatModel(model, prompt_lookup=prompt_lookup), name)
     except (ValueError, RuntimeError, OSError) as exc:
         fail(explain(exc))
     err.print(f"serving {name} on http://{host}:{port}/v1", highlight=False)

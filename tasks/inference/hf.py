@@ -11,6 +11,14 @@ the whole prompt) is prefilled once and reused, and a single conversation's
 cache, generated tokens included, is kept for its next turn (agent episodes).
 Without it, every prompt is prefilled whole in a left-padded batch (the old
 path, kept for comparison). CUDA and bf16 when a GPU is present.
+
+``prompt_lookup=K`` (``flywheel serve --prompt-lookup K``; 0, off, everywhere
+else) decodes a lone greedy request (an agent served one turn at a time) with
+transformers' prompt lookup: drafts of up to K tokens copied from the context,
+where replies repeat tool names and arguments, each checked in one forward
+pass. Its first pass reads the whole prompt (assisted decoding cannot start
+from a stored prefix), so such a request takes the plain path. Sampled and
+batched requests decode as without it.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+MAX_LOOKUP = 64
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -30,7 +40,9 @@ class Reply:
 
 
 class HFChatModel:
-    def __init__(self, model_ref: str | None, prefix_cache: bool = True) -> None:
+    def __init__(self, model_ref: str | None, prefix_cache: bool = True, prompt_lookup: int = 0) -> None:
+        if not 0 <= prompt_lookup <= MAX_LOOKUP:  # before the model loads
+            raise ValueError(f"prompt lookup of {prompt_lookup} draft tokens: expected 0 (off) to {MAX_LOOKUP}")
         from transformers.utils import logging as hf_logging
 
         from flywheel.tasks.inference.models import load_causal_lm, resolve_model
@@ -38,6 +50,7 @@ class HFChatModel:
         hf_logging.disable_progress_bar()  # "Loading weights" bars would break the CLI's progress display
         path = resolve_model(model_ref)
         self._setup(*load_causal_lm(path), path, prefix_cache=prefix_cache)  # an adapter folder loads on its base
+        self.lookup = prompt_lookup
 
     @classmethod
     def wrap(cls, model: Any, tokenizer: Any, path: Path, prefix_cache: bool = True) -> HFChatModel:
@@ -59,7 +72,7 @@ class HFChatModel:
         if not train_mode and self.device == "cuda" and torch.cuda.is_bf16_supported():
             model = model.to(torch.bfloat16)  # inference only: a model being trained keeps the trainer's dtype
         self.model = model if train_mode else model.to(self.device).eval()
-        self.prefix_cache, self.store = prefix_cache, PrefixStore()
+        self.prefix_cache, self.store, self.lookup = prefix_cache, PrefixStore(), 0
         self.lock = threading.Lock()  # the global torch seed makes generation a critical section
 
     def identity(self) -> tuple[Any, ...]:
@@ -102,8 +115,11 @@ class HFChatModel:
                    "use_cache": True}  # trainers may turn the KV cache off on the model they train
         if sample:
             options |= {"temperature": temperature, "top_p": top_p}
+        lookup = not sample and self.lookup > 0 and len(prompts) == 1  # transformers' assisted decoding: batch 1
+        if lookup:  # its first pass reads the whole prompt, so it cannot start from a stored prefix's cache
+            options["prompt_lookup_num_tokens"] = self.lookup
         with self.lock, self.torch.no_grad():
-            if self.prefix_cache:
+            if self.prefix_cache and not lookup:
                 ids, width = self._generate_reusing(prompts, seed, options)
             else:
                 ids, width = self._generate_plain(prompts, seed, options)

@@ -33,6 +33,12 @@ def test_the_cli_starts_without_the_heavy_libraries() -> None:
     assert done.stdout.strip() == "[]", done.stdout
 
 
+@pytest.mark.parametrize("value", ["-1", "65", "ten"])
+def test_serve_refuses_a_bad_prompt_lookup_before_it_loads_anything(value: str) -> None:
+    result = runner.invoke(app, ["serve", "--model", "/no/such/checkpoint", "--prompt-lookup", value])
+    assert result.exit_code == 1 and "Invalid value for '--prompt-lookup'" in result.output  # before the model loads
+
+
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("flywheel ")

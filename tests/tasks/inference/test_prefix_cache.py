@@ -4,6 +4,7 @@ too long for the model named by its task."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,53 @@ def test_lockstep_agent_episodes_repeat_and_batch_every_step(model) -> None:
         assert len(backend.sizes) == max(r["steps"] for r in rows) and backend.sizes[0] == len(tasks)
         runs.append([(r["completion"], r["reward"], r["steps"]) for r in rows])
     assert runs[0] == runs[1]
+
+
+
+def test_a_bad_prompt_lookup_is_one_clear_error_before_the_model_loads() -> None:
+    from flywheel.tasks.inference.hf import HFChatModel
+
+    for bad in (-1, 65):  # not the missing checkpoint's error: the setting is checked first
+        with pytest.raises(ValueError, match=rf"prompt lookup of {bad} draft tokens: expected 0 \(off\) to 64"):
+            HFChatModel("/no/such/checkpoint", prompt_lookup=bad)
+
+
+@pytest.mark.slow
+def test_prompt_lookup_drafts_a_lone_greedy_turn_and_leaves_batches_and_samples_alone(model) -> None:
+    """An agent's turns one at a time (as `flywheel serve --prompt-lookup` gets them): fewer forward passes for
+    the same tokens, the texts of plain greedy decoding; a batch and a sampled request decode as without lookup.
+    (Transformers' assisted decoding started from a stored prefix's cache fed the prompt twice: garbage from the
+    first token. Such a request now takes the plain path.)"""
+    calls: list[int] = []
+    hook = model.model.register_forward_hook(lambda *_: calls.append(1))
+
+    def turns(lookup: int) -> tuple[list[str], int, int]:
+        model.prefix_cache, model.store, model.lookup = True, PrefixStore(), lookup
+        texts, tokens, calls[:] = [], 0, []
+        for task in _tasks("workplace", 1) + _tasks("tool_call", 1):
+            chat = as_text_chat([m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task), True)
+            first = model.generate([chat], 0, 0.0, 1.0, 48)[0]
+            call = task.reference.calls[0]
+            turn2 = chat + [{"role": "assistant", "content": json.dumps({"tool": call.tool, "args": call.args})},
+                            {"role": "user", "content": json.dumps({"result": call.args})}]
+            second = model.generate([turn2], 0, 0.0, 1.0, 48)[0]
+            texts += [first.text, second.text]
+            tokens += first.completion_tokens + second.completion_tokens
+        return texts, tokens, len(calls)
+
+    try:
+        on, on_tokens, on_calls = turns(10)
+        off, off_tokens, off_calls = turns(0)
+        assert on == off and on_tokens == off_tokens
+        assert off_calls > off_tokens  # one pass per token at least, plus the prefills
+        assert on_calls < on_tokens, (on_calls, on_tokens)  # fewer passes than tokens: drafts were accepted
+        requests = _requests(_tasks("tool_call", 3))
+        for batches in ([requests], [requests, requests[:1]]):  # greedy in a batch; sampled in a batch and alone
+            sampling = Sampling(0.0, 1.0, 16) if len(batches) == 1 else Sampling(0.9, 0.95, 16)
+            model.lookup = 10
+            with_lookup = [_texts(model, batch, sampling, reuse=True) for batch in batches]
+            model.lookup = 0
+            assert with_lookup == [_texts(model, batch, sampling, reuse=True) for batch in batches]
+    finally:
+        hook.remove()
+        model.lookup = 0

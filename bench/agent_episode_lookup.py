@@ -1,0 +1,88 @@
+"""Bench: issue 15's third workload, a lone workplace agent episode of 5 steps, on the transformers backend: the old
+path (``--no-prefix-cache``: every step's prompt prefilled whole) against the new one (the episode's KV cache kept
+from step to step) without and with prompt lookup decoding (``FLYWHEEL_PROMPT_LOOKUP=K``: drafts copied from the
+context, checked in one forward pass). As ``rollout_speed.py`` and ``agent_episode_vllm.py``: each step the model
+generates its reply (timed, greedy, up to 64 tokens), then the episode takes the task's reference call
+(teacher-forced, so every episode has 5 steps) and the real session's observation. Mean seconds of generation per
+episode over E tasks, and how many steps' texts differ from the old path's.
+
+Run: .venv/bin/python bench/agent_episode_lookup.py WORKPLACE_DATASET [E] [K,K...]
+(writes bench/agent_episode_lookup_result.json)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rollout_speed import heldout  # noqa: E402
+
+from flywheel.tasks.agents.agent import LocalEnv, PolicyReply, run_episode  # noqa: E402
+from flywheel.tasks.inference.hf import HFChatModel  # noqa: E402
+from flywheel.tasks.inference.prefix_cache import PrefixStore  # noqa: E402
+from flywheel.tasks.inference.protocol import as_text_chat  # noqa: E402
+
+
+class Recorded:
+    """The model generates every step (timed, text kept); the episode then takes the reference call for that step."""
+
+    def __init__(self, model: HFChatModel, task) -> None:
+        self.model, self.task, self.step, self.gen_s, self.texts = model, task, 0, 0.0, []
+
+    def __call__(self, messages: list[dict], tools: list[dict]) -> PolicyReply:
+        t0 = time.perf_counter()
+        reply = self.model.generate([as_text_chat(messages, tools, True)], seed=self.step, temperature=0.0,
+                                    max_new_tokens=64)[0]
+        self.gen_s += time.perf_counter() - t0
+        self.texts.append(reply.text)
+        call = self.task.reference.calls[self.step % len(self.task.reference.calls)]
+        self.step += 1
+        return PolicyReply(json.dumps({"tool": call.tool, "args": call.args}))
+
+
+def episodes(model: HFChatModel, tasks: list) -> tuple[float, list[list[str]]]:
+    model.store = PrefixStore()  # every path starts cold
+    times, texts = [], []
+    for task in tasks:
+        policy = Recorded(model, task)
+        assert run_episode(policy, LocalEnv(), task, max_steps=5).steps == 5
+        times.append(policy.gen_s)
+        texts.append(policy.texts)
+    return round(sum(times) / len(times), 2), texts
+
+
+def main() -> None:
+    dataset = sys.argv[1]
+    e = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    drafts = [int(k) for k in sys.argv[3].split(",")] if len(sys.argv) > 3 else [10]
+    tasks = heldout(dataset, e)
+    paths = [("old", False, 0), ("new", True, 0)] + [(f"new+lookup{k}", True, k) for k in drafts]
+    results, old_texts = {}, None
+    for label, reuse, k in paths:
+        model = HFChatModel(None, prefix_cache=reuse)
+        model.lookup = k
+        model.generate([[{"role": "user", "content": "hi"}]], 0, 0.0, 1.0, 4)  # warm-up
+        seconds, texts = episodes(model, tasks)
+        old_texts = old_texts or texts
+        differ = sum(a != b for x, y in zip(texts, old_texts) for a, b in zip(x, y))
+        results[label] = {"episode_generation_s": seconds, "steps_whose_text_differs_from_old": differ,
+                          "steps": sum(len(x) for x in texts)}
+        print(label, results[label], flush=True)
+    base = results["old"]["episode_generation_s"]
+    for r in results.values():
+        r["speedup"] = round(base / r["episode_generation_s"], 2)
+    machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    record = {"machine": machine, "command": " ".join(["python bench/agent_episode_lookup.py", *sys.argv[1:]]),
+              "model": "embedded SmolLM2-135M-Instruct (transformers fp32)", "episodes": e, "steps": 5,
+              "results": results}
+    print(json.dumps(record, indent=2))
+    Path(__file__).with_name("agent_episode_lookup_result.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
