@@ -1,10 +1,12 @@
 """Bench: issue 15's third workload, a lone workplace agent episode of 5 steps, on the transformers backend: the old
 path (``--no-prefix-cache``: every step's prompt prefilled whole) against the new one (the episode's KV cache kept
-from step to step) without and with prompt lookup decoding (``FLYWHEEL_PROMPT_LOOKUP=K``: drafts copied from the
-context, checked in one forward pass). As ``rollout_speed.py`` and ``agent_episode_vllm.py``: each step the model
-generates its reply (timed, greedy, up to 64 tokens), then the episode takes the task's reference call
-(teacher-forced, so every episode has 5 steps) and the real session's observation. Mean seconds of generation per
-episode over E tasks, and how many steps' texts differ from the old path's.
+from step to step) and against prompt lookup decoding (``HFChatModel.lookup = K``, what ``flywheel serve
+--prompt-lookup K`` sets: drafts copied from the context, checked in one forward pass; such a request takes the plain
+path, so the rows labelled ``new+lookupK`` do not use the kept cache). As ``rollout_speed.py`` and
+``agent_episode_vllm.py``: each step the model generates its reply (timed, greedy, up to 64 tokens), then the
+episode takes the task's reference call (teacher-forced, so every episode has 5 steps) and the real session's
+observation. Mean seconds of generation per episode over E tasks, and how many steps' texts differ from the old
+path's.
 
 Run: .venv/bin/python bench/agent_episode_lookup.py WORKPLACE_DATASET [E] [K,K...]
 (writes bench/agent_episode_lookup_result.json)
