@@ -80,6 +80,8 @@ def dask_client(workers: int, address: str | None) -> Iterator[Any]:
     global _client
     from distributed import Client, LocalCluster
 
+    from flywheel.flows.dask_plugins import QuietWorker
+
     for name in ("distributed", "great_expectations"):  # their INFO lines drown the progress bar
         logging.getLogger(name).setLevel(logging.WARNING)
     environ = dict(os.environ)
@@ -90,16 +92,29 @@ def dask_client(workers: int, address: str | None) -> Iterator[Any]:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
+        client.register_plugin(QuietWorker(), name="flywheel-quiet-worker")
     _restore(environ)
     _client = client
     try:
         yield client
     finally:
         _client = None
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        with _quiet("distributed", logging.ERROR):  # on a busy machine the nanny kills a slow exit: not news
+            client.close()
+            if cluster is not None:
+                cluster.close()
         _restore(environ)
+
+
+@contextmanager
+def _quiet(name: str, level: int) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    old = logger.level
+    logger.setLevel(max(old, level))
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
 
 
 def _restore(environ: dict[str, str]) -> None:

@@ -80,7 +80,8 @@ def run_suite(df: pl.DataFrame, params: QualityParams) -> dict[str, Any]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
-    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    for name in ("great_expectations", "great_expectations.data_context.types.base"):  # the second sets INFO itself
+        logging.getLogger(name).setLevel(logging.ERROR)
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(globally=False)
     batch = (ctx.data_sources.add_pandas("rows").add_dataframe_asset("table")

@@ -120,6 +120,24 @@ def test_the_local_dask_cluster_leaves_this_process_environment_as_it_found_it(m
     assert dict(os.environ) == before
 
 
+def test_the_local_dask_clusters_workers_print_no_traceback_yet_a_task_error_still_reaches_the_caller(capfd) -> None:
+    """On a busy machine a worker missed a heartbeat (or was killed mid-heartbeat at close) and printed a traceback
+    into a newcomer's successful run (CI, thirty-first session). The workers inherit this process's stderr."""
+    import logging
+
+    from flywheel.flows.runtime import dask_client
+
+    level = logging.getLogger("distributed").level
+    with dask_client(1, None) as client:
+        levels = client.run(lambda: logging.getLogger("distributed.worker").getEffectiveLevel())
+        assert set(levels.values()) == {logging.CRITICAL}
+        client.run(lambda: logging.getLogger("distributed.worker").error("Failed during heartbeat (a probe)"))
+        with pytest.raises(ValueError, match="invalid literal"):
+            client.submit(int, "not a number", pure=False).result()
+    assert "a probe" not in capfd.readouterr().err
+    assert logging.getLogger("distributed").level == level
+
+
 @pytest.mark.slow
 def test_parent_versions_are_deduplicated_against(tmp_path) -> None:
     parent = Path(_run(tmp_path, "p", n=60)["version_dir"])

@@ -51,7 +51,9 @@ def test_first_run_with_a_fresh_prefect_home_on_a_busy_machine_succeeds(tmp_path
             burner.kill()
             burner.wait()
     assert proc.returncode == 0, err[-2000:]
-    assert "Timed out" not in err and "Traceback" not in err
+    assert "Timed out" not in err and "Traceback" not in err, err[-4000:]
+    noise = [line for line in err.splitlines() if "| distributed." in line or "| great_expectations." in line]
+    assert noise == []  # a worker killed at close by its nanny, GE's temp docs folder: not a newcomer's business
     assert Path(out.strip().splitlines()[-1]).joinpath("manifest.json").is_file()
 
 
