@@ -129,6 +129,14 @@ def cli_server(args: list[str], ready_path: str, timeout_s: float = 180) -> Iter
         proc.wait(timeout=30)
 
 
+def one_line_error(response: Any, status: int, fragment: str) -> None:
+    """``response`` is a ``status`` whose detail is one short line holding ``fragment``, with no traceback."""
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert isinstance(detail, str) and "\n" not in detail and len(detail) < 400 and "Traceback" not in detail
+    assert fragment in detail, detail
+
+
 @pytest.fixture(scope="session")
 def model_server() -> Iterator[str]:
     """The embedded model behind ``flywheel serve`` (OpenAI-compatible), once per session; yields .../v1."""

@@ -18,6 +18,7 @@ def serve(
                                       "agent's turns), greedy only: decode with drafts of up to this many tokens "
                                       "copied from the context, each checked in one pass (4: 2.5x on a 5-step "
                                       "workplace episode here, the texts of plain greedy decoding). 0: off."),
+    max_body_kb: int = typer.Option(1024, min=1, help="Largest request body in KB (413 beyond)."),
 ) -> None:
     """Serve a local checkpoint over an OpenAI-compatible API (/v1/chat/completions)."""
     import uvicorn
@@ -26,7 +27,7 @@ def serve(
     from flywheel.tasks.inference.serving import create_app
 
     try:
-        app_ = create_app(HFChatModel(model, prompt_lookup=prompt_lookup), name)
+        app_ = create_app(HFChatModel(model, prompt_lookup=prompt_lookup), name, max_body_kb)
     except (ValueError, RuntimeError, OSError) as exc:
         fail(explain(exc))
     err.print(f"serving {name} on http://{host}:{port}/v1", highlight=False)

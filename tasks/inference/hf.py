@@ -95,7 +95,7 @@ class HFChatModel:
                 name = labels[i] if i < len(labels) and labels[i] else f"request {i}"
                 raise ValueError(f"{name}: its prompt is {len(ids)} tokens and up to {max_new_tokens} new tokens "
                                  f"exceed the model's context of {limit} tokens ({self.path.name}); shorten the "
-                                 "task's prompt or lower --max-tokens")
+                                 "prompt or lower the completion limit (--max-tokens; max_tokens over HTTP)")
 
     def generate(self, conversations: Sequence[Sequence[dict[str, str]]], seed: int, temperature: float = 0.7,
                  top_p: float = 0.9, max_new_tokens: int = 96, labels: Sequence[str] = ()) -> list[Reply]:

@@ -1,14 +1,21 @@
 """An OpenAI-compatible chat server for a local checkpoint (the embedded model by default).
 
 Contract: POST /v1/chat/completions takes model, messages, tools, temperature,
-top_p, max_tokens and seed (OpenAI's fields) and answers in OpenAI's response
-shape with token usage; the same request with the same seed gives the same
-reply. The model has no native tool calling: offered tools are rendered into
-the system turn, earlier assistant tool calls and tool results into text turns,
-and a reply that is a ``{"tool", "args"}`` object comes back as OpenAI
-``tool_calls`` (finish_reason "tool_calls"), as vLLM's tool parsers do.
-GET /v1/models lists the one served model. Bad requests get a 4xx with a
-message. Bind it to 127.0.0.1 unless you mean to expose it.
+top_p, max_tokens, n, stop and seed (OpenAI's fields) and answers in OpenAI's
+response shape with token usage; the same request with the same seed gives the
+same reply. The model has no native tool calling: offered tools are rendered
+into the system turn, earlier assistant tool calls and tool results into text
+turns, and a reply that is a ``{"tool", "args"}`` object comes back as OpenAI
+``tool_calls`` (finish_reason "tool_calls"), as vLLM's tool parsers do. ``stop``
+cuts the text at its first stop string after generation (usage counts the
+tokens generated). GET /v1/models lists the one served model.
+
+Every bad request is a one-line 4xx, never a 500 (``verifiers.web.guard``): 413
+a body over ``--max-body-kb``, 422 a body that is not JSON or breaks the request
+model (NaN, a seed past 64 bits, a tool without a name, ...), 404 a model name
+this server does not serve, 400 ``stream`` (replies come whole), a prompt plus
+max_tokens past the model's context, or a tool schema that cannot be rendered.
+Bind it to 127.0.0.1 unless you mean to expose it.
 """
 
 from __future__ import annotations
@@ -17,32 +24,118 @@ import time
 import uuid
 from typing import Any, Literal
 
-from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flywheel.tasks.inference.hf import HFChatModel
-from flywheel.tasks.inference.policy import as_text_chat, parse_action
+from flywheel.tasks.inference.protocol import as_text_chat, parse_action
+from flywheel.verifiers.common import one_line
+from flywheel.verifiers.web import guard
+
+MAX_N = 16
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class CallFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CallFunction
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = None  # null in assistant turns that only call tools
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None  # null in assistant turns that only call tools
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        if isinstance(value, list) and not all(isinstance(p, dict) and p.get("type") == "text" for p in value):
+            raise ValueError("only text parts ({\"type\": \"text\", \"text\": ...}) are read: this model takes no "
+                             "images, audio or files")
+        return value
+
+    def plain(self) -> dict[str, Any]:
+        """The turn as ``as_text_chat`` reads it: text parts joined, OpenAI's newer "developer" role as system."""
+        text = "".join(p.text for p in self.content) if isinstance(self.content, list) else self.content
+        role = "system" if self.role == "developer" else self.role
+        turn = {"role": role, "content": text, "name": self.name}
+        return turn | ({"tool_calls": [c.model_dump() for c in self.tool_calls]} if self.tool_calls else {})
+
+
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["function"] = "function"
+    function: ToolFunction
 
 
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     max_tokens: int = Field(default=128, ge=1, le=2048)
-    seed: int = Field(default=0, ge=0)
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    stop: str | list[str] | None = Field(default=None)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    stream: bool = False
+
+    def stops(self) -> list[str]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stops) > 4 or not all(stops):
+            raise HTTPException(400, "stop: up to 4 non-empty strings")
+        return stops
 
 
-def create_app(model: HFChatModel, served_name: str) -> FastAPI:
-    app = FastAPI(title="flywheel OpenAI-compatible server")
+def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to its first stop string (not included), and whether one was found."""
+    at = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text[:at], True) if at >= 0 else (text, False)
+
+
+def _conversation(req: ChatRequest) -> list[dict[str, str]]:
+    tools = [t.model_dump() for t in req.tools]
+    try:
+        return as_text_chat([m.plain() for m in req.messages], tools, agent=bool(tools))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a parameter schema that is not JSON Schema
+        raise HTTPException(400, f"tools: a parameter schema that cannot be rendered ({one_line(exc)}): give each "
+                                 "tool's parameters as a JSON Schema object with object-valued properties") from exc
+
+
+def _choice(index: int, text: str, tokens: int, req: ChatRequest, stops: list[str]) -> dict[str, Any]:
+    text, stopped = _cut(text, stops)
+    calls = parse_action(text) if req.tools else None
+    message = {"role": "assistant", "content": None, "tool_calls": calls} if calls else \
+        {"role": "assistant", "content": text}
+    finish = "tool_calls" if calls else "stop" if stopped or tokens < req.max_tokens else "length"
+    return {"index": index, "message": message, "finish_reason": finish}
+
+
+def create_app(model: HFChatModel, served_name: str, max_body_kb: int = 1024) -> FastAPI:
+    app = guard(FastAPI(title="flywheel OpenAI-compatible server"), max_body_kb)
 
     @app.get("/v1/models")
     def models() -> dict:
@@ -50,18 +143,24 @@ def create_app(model: HFChatModel, served_name: str) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     def chat(req: ChatRequest) -> dict:
-        conversation = as_text_chat([m.model_dump() for m in req.messages], req.tools, agent=bool(req.tools))
-        reply = model.generate([conversation], req.seed, req.temperature, req.top_p, req.max_tokens)[0]
-        calls = parse_action(reply.text) if req.tools else None
-        message = {"role": "assistant", "content": None, "tool_calls": calls} if calls else \
-            {"role": "assistant", "content": reply.text}
-        finish = "tool_calls" if calls else "length" if reply.completion_tokens >= req.max_tokens else "stop"
+        if req.model != served_name:
+            raise HTTPException(404, f"model {req.model!r} is not served here; this server serves {served_name!r} "
+                                     "(GET /v1/models)")
+        if req.stream:
+            raise HTTPException(400, "stream: this server answers whole replies; send stream false or leave it out")
+        stops, conversation = req.stops(), _conversation(req)
+        try:
+            replies = model.generate([conversation] * req.n, req.seed, req.temperature, req.top_p, req.max_tokens,
+                                     labels=["the request"] * req.n)
+        except ValueError as exc:  # the prompt plus max_tokens past the model's context
+            raise HTTPException(400, one_line(exc, None)) from exc
+        generated = sum(r.completion_tokens for r in replies)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
             "model": served_name,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                      "total_tokens": reply.prompt_tokens + reply.completion_tokens},
+            "choices": [_choice(i, r.text, r.completion_tokens, req, stops) for i, r in enumerate(replies)],
+            "usage": {"prompt_tokens": replies[0].prompt_tokens, "completion_tokens": generated,
+                      "total_tokens": replies[0].prompt_tokens + generated},
         }
 
     return app

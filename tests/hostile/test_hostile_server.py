@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import cli_server
+from conftest import cli_server, one_line_error
 from flywheel.schemas import Task
 from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
@@ -50,13 +50,6 @@ def task() -> dict[str, Any]:
     return {**out, "id": ""}
 
 
-def _one_line_error(response: httpx.Response, status: int, fragment: str) -> None:
-    assert response.status_code == status, response.text
-    detail = response.json()["detail"]
-    assert isinstance(detail, str) and "\n" not in detail and len(detail) < 400 and "Traceback" not in detail
-    assert fragment in detail, detail
-
-
 def _healthy(base: str) -> None:
     assert httpx.get(base + "/health", timeout=5).json()["status"] == "ok"
 
@@ -67,10 +60,10 @@ def _seed(base: str, task: dict[str, Any]) -> httpx.Response:
 
 def test_oversized_body_gets_413_by_length_and_when_chunked(server) -> None:
     big = b'{"task": "' + b"x" * 20_000 + b'"}'
-    _one_line_error(httpx.post(server + "/seed_session", content=big, timeout=10), 413, "16 KB limit (--max-body-kb)")
+    one_line_error(httpx.post(server + "/seed_session", content=big, timeout=10), 413, "16 KB limit (--max-body-kb)")
     chunked = httpx.post(server + "/seed_session", content=iter([big[:8000], big[8000:]]), timeout=10)
     assert chunked.request.headers.get("transfer-encoding") == "chunked"
-    _one_line_error(chunked, 413, "16 KB limit (--max-body-kb)")
+    one_line_error(chunked, 413, "16 KB limit (--max-body-kb)")
     _healthy(server)
 
 
@@ -93,7 +86,7 @@ def test_a_session_cannot_grow_past_its_cap(server, task) -> None:
     assert verdict["components"]["calls"] == len(made) and verdict["valid"] is True
     big_state = copy.deepcopy(task)
     big_state["reference"]["state"]["emails"]["X"] = {"body": "b" * 9000}
-    _one_line_error(_seed(server, big_state), 413, f"over the {SESSION_KB} KB session limit (--max-session-kb)")
+    one_line_error(_seed(server, big_state), 413, f"over the {SESSION_KB} KB session limit (--max-session-kb)")
 
 
 def test_a_call_that_passes_the_cap_after_running_is_undone(task) -> None:
@@ -130,15 +123,15 @@ CRAFTED = [
 
 @pytest.mark.parametrize(("path", "value", "status", "fragment"), CRAFTED)
 def test_crafted_tasks_get_one_line_4xx(server, task, path, value, status, fragment) -> None:
-    _one_line_error(_seed(server, _with(task, path, value)), status, fragment)
+    one_line_error(_seed(server, _with(task, path, value)), status, fragment)
     _healthy(server)
 
 
 def test_deeply_nested_and_unreadable_bodies_get_one_line_4xx(server, task) -> None:
     nested = httpx.post(server + "/seed_session", content='{"task": ' + "[" * 5000 + "]" * 5000 + "}",
                         headers={"content-type": "application/json"})
-    _one_line_error(nested, 400, "nested too deeply")
-    _one_line_error(httpx.post(server + "/verify", content="nope", headers={"content-type": "application/json"}),
+    one_line_error(nested, 400, "nested too deeply")
+    one_line_error(httpx.post(server + "/verify", content="nope", headers={"content-type": "application/json"}),
                     422, "the body is not JSON")
     _healthy(server)
 
@@ -147,7 +140,7 @@ def test_a_state_that_breaks_a_tool_is_a_422_not_a_500(server, task) -> None:
     broken = _with(task, ("reference", "state", "events"), {"E1": {"title": "no date"}})
     session_id = _seed(server, broken).json()["session_id"]
     response = httpx.post(server + "/list_events", json={"session_id": session_id, "args": {"date": "2026-01-01"}})
-    _one_line_error(response, 422, "tool 'list_events' cannot work on this session's state (KeyError: 'date')")
+    one_line_error(response, 422, "tool 'list_events' cannot work on this session's state (KeyError: 'date')")
     _healthy(server)
 
 
@@ -155,11 +148,11 @@ def test_a_flood_to_the_cap_expires_and_a_new_client_gets_a_session(server, task
     room = MAX_SESSIONS - httpx.get(server + "/health").json()["sessions"]  # other tests may have left some open
     flood = [_seed(server, task) for _ in range(room)]
     assert [r.status_code for r in flood] == [200] * room
-    _one_line_error(_seed(server, task), 429, f"{MAX_SESSIONS} sessions are open")
+    one_line_error(_seed(server, task), 429, f"{MAX_SESSIONS} sessions are open")
     time.sleep(TTL_S + 0.2)
     assert _seed(server, task).status_code == 200  # a new client gets a session once the flood's sessions idle out
     stale = flood[0].json()["session_id"]
-    _one_line_error(httpx.post(server + "/verify", json={"session_id": stale}), 404,
+    one_line_error(httpx.post(server + "/verify", json={"session_id": stale}), 404,
                     f"session '{stale}' expired after {TTL_S:g} s idle")
     assert httpx.get(server + "/health").json()["sessions"] == 1
 
@@ -194,7 +187,7 @@ def test_a_session_is_charged_what_its_state_takes_in_memory(state) -> None:
 def test_many_empty_records_are_refused_at_their_held_size(server, task) -> None:
     crafted = _with(task, ("reference", "state"), {"e": {str(i): {} for i in range(1000)}})
     assert json_size(crafted["reference"]["state"]) < SESSION_KB * 1024 // 3  # as compact JSON it would fit
-    _one_line_error(_seed(server, crafted), 413, f"KB held, over the {SESSION_KB} KB session limit (--max-session-kb)")
+    one_line_error(_seed(server, crafted), 413, f"KB held, over the {SESSION_KB} KB session limit (--max-session-kb)")
     _healthy(server)
 
 
@@ -208,13 +201,13 @@ def test_a_kept_alive_flood_expires_at_its_max_age_and_a_new_client_gets_a_sessi
         rounds = 0
         while time.monotonic() < first + max_age - 0.8:  # the flooder keeps every session busy; the TTL never ends one
             assert [httpx.get(f"{base}/sessions/{s}/state", timeout=5).status_code for s in flood] == [200] * cap
-            _one_line_error(_seed(base, task), 429, f"{cap} sessions are open")
+            one_line_error(_seed(base, task), 429, f"{cap} sessions are open")
             rounds += 1
             time.sleep(0.2)
         assert rounds >= 1
         time.sleep(max(0.0, last + max_age + 0.2 - time.monotonic()))
         assert _seed(base, task).status_code == 200  # the flood reached its age limit: a new client gets a session
-        _one_line_error(httpx.get(f"{base}/sessions/{flood[0]}/state", timeout=5), 404,
+        one_line_error(httpx.get(f"{base}/sessions/{flood[0]}/state", timeout=5), 404,
                         f"session '{flood[0]}' expired at its {max_age:g} s age limit (--session-max-age): "
                         "seed a new one")
         assert httpx.get(base + "/health", timeout=5).json()["sessions"] == 1

@@ -39,12 +39,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flywheel.schemas import Task
 from flywheel.verifiers.common import one_line
@@ -66,6 +62,7 @@ from flywheel.verifiers.envs.workplace.workplace_sessions import (  # noqa: F401
     state_problem,
 )
 from flywheel.verifiers.envs.workplace.workplace_tools import TOOLS
+from flywheel.verifiers.web import guard
 
 
 class SeedRequest(BaseModel):
@@ -85,77 +82,12 @@ class VerifyRequest(BaseModel):
     close: bool = True
 
 
-class BodyLimit:
-    """ASGI middleware: 413 for a request body over ``max_bytes``, by its Content-Length or, for a chunked body,
-    as soon as the bytes read pass the limit; the body read is handed on to the app."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
-        detail = (f"request body is over the {self.max_bytes // 1024} KB limit (--max-body-kb): send a smaller task "
-                  "or raise the limit")
-        await JSONResponse({"detail": detail}, status_code=413, headers={"connection": "close"})(scope, receive, send)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._too_big(scope, receive, send)
-            return
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                await self._too_big(scope, receive, send)
-                return
-            more = message.get("more_body", False)
-        body, replayed = b"".join(chunks), False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
-def _field(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc if p != "body") or "body"
-
-
 def create_app(limits: Limits | None = None) -> FastAPI:
     limits = limits or Limits()
     cap = limits.max_session_kb * 1024
     app = FastAPI(title="flywheel workplace resources server")
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_kb * 1024)
+    guard(app, limits.max_body_kb, "send a smaller task")
     sessions = Sessions(limits)
-
-    @app.exception_handler(RequestValidationError)
-    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        if first.get("type") == "json_invalid":
-            return JSONResponse({"detail": "the body is not JSON "
-                                           f"({first.get('ctx', {}).get('error', 'unreadable')})"}, 422)
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return JSONResponse({"detail": f"{_field(tuple(first['loc']))}: {one_line(first['msg'])}{more}"}, 422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        detail = exc.detail
-        if isinstance(exc.__cause__, RecursionError):  # FastAPI's body parser hit Python's recursion limit
-            detail = "the JSON body is nested too deeply to read: flatten it"
-        return JSONResponse({"detail": detail}, exc.status_code, headers=getattr(exc, "headers", None))
 
     @contextmanager
     def locked(slot: Slot) -> Iterator[None]:
