@@ -19,6 +19,7 @@ from flywheel.tasks.inference.protocol import (
     Sampling,
     as_text_chat,
     batch_seed,
+    context_error,
 )
 
 
@@ -135,11 +136,25 @@ class VLLMBackend:
         params = [self.params(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
                               seed=r.seed) for r in requests]
         t0 = time.perf_counter()
-        outs = self.llm.chat([as_text_chat(r.messages, r.tools, r.agent) for r in requests], params, use_tqdm=False)
+        chats = [as_text_chat(r.messages, r.tools, r.agent) for r in requests]
+        try:
+            outs = self.llm.chat(chats, params, use_tqdm=False)
+        except Exception:  # vLLM's VLLMValidationError for a prompt past its context names no task: name it
+            self._check_context(requests, chats, sampling.max_tokens)
+            raise
         wait = time.perf_counter() - t0
         return [Generation(o.outputs[0].text, None, r.seed, wait, len(o.prompt_token_ids or []),
                            len(o.outputs[0].token_ids), o.outputs[0].finish_reason or "stop")
                 for r, o in zip(requests, outs)]
+
+    def _check_context(self, requests: Sequence[Request], chats: Sequence[Any], max_tokens: int) -> None:
+        tokenizer, limit = self.llm.get_tokenizer(), self.llm.llm_engine.model_config.max_model_len
+        for i, (request, chat) in enumerate(zip(requests, chats, strict=True)):
+            text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+            n = len(tokenizer(text)["input_ids"])
+            if n + max_tokens > limit:
+                raise ValueError(context_error(request.label or f"request {i}", n, max_tokens, limit,
+                                               Path(self.model_id).name)) from None
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int],
                      sampling: Sampling) -> list[list[int]]:

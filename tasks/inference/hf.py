@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flywheel.tasks.inference.protocol import context_error
+
 MAX_LOOKUP = 64
 
 
@@ -93,9 +95,7 @@ class HFChatModel:
         for i, ids in enumerate(prompts):
             if limit and len(ids) + max_new_tokens > limit:
                 name = labels[i] if i < len(labels) and labels[i] else f"request {i}"
-                raise ValueError(f"{name}: its prompt is {len(ids)} tokens and up to {max_new_tokens} new tokens "
-                                 f"exceed the model's context of {limit} tokens ({self.path.name}); shorten the "
-                                 "prompt or lower the completion limit (--max-tokens; max_tokens over HTTP)")
+                raise ValueError(context_error(name, len(ids), max_new_tokens, limit, self.path.name))
 
     def generate(self, conversations: Sequence[Sequence[dict[str, str]]], seed: int, temperature: float = 0.7,
                  top_p: float = 0.9, max_new_tokens: int = 96, labels: Sequence[str] = ()) -> list[Reply]:

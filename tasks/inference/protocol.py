@@ -137,6 +137,13 @@ def as_text_chat(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
     return out
 
 
+def context_error(label: str, prompt_tokens: int, max_new_tokens: int, limit: int, model: str) -> str:
+    """What a backend says when a prompt plus its completion limit does not fit the model's context."""
+    return (f"{label}: its prompt is {prompt_tokens} tokens and up to {max_new_tokens} new tokens exceed the model's "
+            f"context of {limit} tokens ({model}); shorten the prompt or lower the completion limit (--max-tokens; "
+            "max_tokens over HTTP)")
+
+
 def completion_text(gen: Generation) -> str:
     """The completion as text verifiers read: native tool calls become the project's {"tool", "args"} JSON."""
     if not gen.tool_calls:

@@ -13,6 +13,8 @@ from flywheel.flows.generate import run_generate
 from flywheel.tasks.data.generate import generate_candidates
 from flywheel.tasks.data.paraphrase import make_paraphraser
 from flywheel.tasks.data.publish import read_manifest
+from flywheel.tasks.inference.policy import make_backend
+from flywheel.tasks.inference.protocol import Request, Sampling
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +75,12 @@ def test_vllm_backend_in_process_with_per_request_seeds(catalog) -> None:
     assert first == generate_candidates(range(8), seeds, tools, 3, para), (
         "the same row seeds must give the same paraphrases")
     _check_rows(first[0], first[1], "vllm")
+    backend = make_backend("vllm", None)  # the same engine
+    hi = Request([{"role": "user", "content": "hi"}], label="task-short")
+    too_long = Request([{"role": "user", "content": "word " * 9000}], label="task-long")
+    with pytest.raises((ValueError, RuntimeError), match=r"task-long: its prompt is \d+ tokens .* context of 8192"):
+        backend.generate([hi, too_long], Sampling(max_tokens=4))  # vLLM's own error named no task
+    assert backend.generate([hi], Sampling(temperature=0.0, max_tokens=4))[0].completion_tokens == 4  # still serves
 
 
 @pytest.mark.parametrize("text", ["0", "1.5", "-0.2", "half", "nan"])
