@@ -251,3 +251,43 @@ def lora_adapter(folder: Path, seed: int) -> Path:
                                             init_lora_weights=False))
     peft.save_pretrained(folder)
     return folder
+
+
+@contextmanager
+def raw_http_server(body: bytes = b"", trickle: bool = False, length: int | None = None) -> Iterator[str]:
+    """A 127.0.0.1 server that answers every request 200 with ``body`` (Content-Length ``length``, default its
+    size) or, with ``trickle``, one byte of body every 0.2 s for ever; yields its .../v1 URL."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        conn.recv(65536)
+        size = length if length is not None else (100_000 if trickle else len(body))
+        conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+                     .encode())
+        if trickle:
+            while not stop.wait(0.2):
+                conn.sendall(b" ")
+        else:
+            conn.sendall(body)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            try:
+                answer(conn)
+            except OSError:
+                pass
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        server.close()

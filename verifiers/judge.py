@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flywheel.schemas import Task, Verdict
 from flywheel.verifiers.common import batch_rewards, guarded_verify
+from flywheel.verifiers.fetch import bounded_post
 
 NAME = "judge"
 VERSION = "1.1.0"  # 1.1: judge deadline and reply bounds (a trickling judge is a verifier_error)
@@ -96,20 +97,6 @@ def verdict_from_reply(reply: str | None, error: str = "") -> Verdict:
                    components={"judge_score": value}, details=reply[-200:], verifier=NAME, verifier_version=VERSION)
 
 
-def _post(url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, bytes]:
-    """(status, body) of one POST that ends within ``timeout_s`` however slowly the server sends."""
-    deadline = time.monotonic() + timeout_s
-    with httpx.stream("POST", url, json=body, timeout=timeout_s) as response:
-        data = bytearray()
-        for chunk in response.iter_bytes():
-            data += chunk
-            if len(data) > MAX_REPLY_BYTES:
-                raise ValueError(f"reply larger than {MAX_REPLY_BYTES} bytes")
-            if time.monotonic() > deadline:
-                raise httpx.ReadTimeout(f"no complete reply within {timeout_s:g} s")
-        return response.status_code, bytes(data)
-
-
 def ask(config: JudgeConfig, messages: list[dict[str, str]]) -> tuple[str | None, str]:
     """(reply, "") or (None, why) after retries with backoff."""
     body = {"model": config.model, "messages": messages, "temperature": 0.0, "seed": config.seed,
@@ -117,7 +104,8 @@ def ask(config: JudgeConfig, messages: list[dict[str, str]]) -> tuple[str | None
     why = ""
     for attempt in range(config.retries + 1):
         try:
-            status, data = _post(f"{config.base_url}/chat/completions", body, config.timeout_s)
+            status, data = bounded_post(httpx, f"{config.base_url}/chat/completions", body, config.timeout_s,
+                                        MAX_REPLY_BYTES)
             if status < 400:
                 return json.loads(data)["choices"][0]["message"].get("content") or "", ""
             why = f"HTTP {status}: {data[:200].decode('utf-8', 'replace')}"

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field, field_validator
+
 from flywheel.tasks.inference.protocol import (
     Generation,
     Request,
@@ -244,6 +246,55 @@ def _cpu_has_bf16() -> bool:
     return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+MAX_REPLY_BYTES = 4 << 20  # a chat completion is a few KB; a bigger answer is a broken or hostile server
+
+
+class _CallFunction(BaseModel):
+    name: str = ""
+    arguments: str | dict[str, Any] = "{}"
+
+
+class _Call(BaseModel):
+    id: str | None = None
+    type: str = "function"
+    function: _CallFunction
+
+
+class _Message(BaseModel):
+    content: str | None = None
+    tool_calls: list[_Call] | None = None
+
+
+class _Choice(BaseModel):
+    message: _Message = Field(default_factory=_Message)
+    finish_reason: str | None = None
+
+
+class _Usage(BaseModel):
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+
+
+class Completion(BaseModel):
+    """What the OpenAI backend reads of a server's answer; anything else in it is ignored."""
+    choices: list[_Choice] = Field(min_length=1)
+    usage: _Usage = Field(default_factory=_Usage)
+
+    @field_validator("usage", mode="before")
+    @classmethod
+    def _no_usage(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+def _first_error(err: ValueError) -> str:
+    errors = getattr(err, "errors", lambda: [])()
+    if not errors:
+        return str(err).splitlines()[0]
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "the body"
+    return f"{where}: {first.get('msg', 'invalid')}"
+
+
 class OpenAIBackend:
     """Any OpenAI-compatible /v1/chat/completions server: a concurrency cap, retries with exponential backoff
     on connection errors, timeouts, 429 and 5xx; other 4xx fail at once with the server's message.
@@ -261,6 +312,7 @@ class OpenAIBackend:
                                    limits=httpx.Limits(max_connections=concurrency))
         self.model, self.model_id = model, f"{base_url.rstrip('/')}#{model}"
         self.concurrency, self.retries, self.native_tools = concurrency, retries, native_tools
+        self.timeout_s = timeout_s
 
     def _body(self, r: Request, sampling: Sampling) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "temperature": sampling.temperature, "top_p": sampling.top_p,
@@ -269,19 +321,24 @@ class OpenAIBackend:
             return body | {"messages": list(r.messages), "tools": list(r.tools)}
         return body | {"messages": as_text_chat(r.messages, r.tools, r.agent)}
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, body: dict[str, Any]) -> bytes:
+        from flywheel.verifiers.fetch import bounded_post
+
         error: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                resp = self.client.post("/chat/completions", json=body)
-            except self.httpx.TransportError as err:  # refused, reset, timed out: retried
+                status, data = bounded_post(self.client, "/chat/completions", body, self.timeout_s, MAX_REPLY_BYTES)
+            except self.httpx.TransportError as err:  # refused, reset, timed out (a whole reply's deadline): retried
                 error = err
+            except ValueError as err:  # a reply over the cap: the server is broken, asking again will not help
+                raise RuntimeError(f"OpenAI-compatible server: {err}") from None
             else:
-                if resp.status_code == 200:
-                    return resp.json()
-                if resp.status_code < 500 and resp.status_code != 429:
-                    raise RuntimeError(f"server refused the request ({resp.status_code}): {resp.text[:300]}")
-                error = RuntimeError(f"server answered {resp.status_code}: {resp.text[:200]}")
+                text = data[:300].decode("utf-8", "replace")
+                if status == 200:
+                    return data
+                if status < 500 and status != 429:
+                    raise RuntimeError(f"server refused the request ({status}): {text}")
+                error = RuntimeError(f"server answered {status}: {text[:200]}")
             if attempt < self.retries:
                 time.sleep(0.5 * 2 ** attempt)
         raise RuntimeError(f"OpenAI-compatible server failed after {self.retries + 1} tries: {error}")
@@ -290,11 +347,14 @@ class OpenAIBackend:
         t0 = time.perf_counter()
         data = self._post(self._body(r, sampling))
         wait = time.perf_counter() - t0
-        choice, usage = data["choices"][0], data.get("usage") or {}
-        message = choice.get("message") or {}
-        return Generation(message.get("content") or "", message.get("tool_calls") or None, r.seed, wait,
-                          int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
-                          choice.get("finish_reason") or "stop")
+        try:
+            answer = Completion.model_validate_json(data)
+        except ValueError as err:  # pydantic's ValidationError: not JSON, or not a chat completion
+            raise RuntimeError(f"the server's answer is not an OpenAI chat completion: {_first_error(err)}") from None
+        choice = answer.choices[0]
+        calls = [c.model_dump() for c in choice.message.tool_calls or []] or None
+        return Generation(choice.message.content or "", calls, r.seed, wait, answer.usage.prompt_tokens,
+                          answer.usage.completion_tokens, choice.finish_reason or "stop")
 
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]:
         with ThreadPoolExecutor(self.concurrency) as pool:

@@ -17,15 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from conftest import silent_listener, within
+from conftest import raw_http_server, silent_listener, within
 from flywheel.schemas import Task, ToolSpec, Verdict
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.verifiers import bounds, judge
@@ -304,43 +303,12 @@ def test_a_math_wall_bound_is_not_remembered(monkeypatch: pytest.MonkeyPatch) ->
 
 # --- the judge: a total deadline per attempt --------------------------------------------------------------------
 
-@contextmanager
-def trickling_server() -> Iterator[str]:
-    """Answers 200 with headers at once, then one byte of body every 0.2 s, forever."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
-            try:
-                while not stop.wait(0.2):
-                    conn.sendall(b" ")
-            except OSError:
-                pass
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}/v1"
-    finally:
-        stop.set()
-        server.close()
-
-
 def test_a_judge_that_trickles_bytes_is_cut_off_at_its_deadline() -> None:
     previous = judge._config
     task = Task.model_validate({"env": "judge", "messages": [{"role": "user", "content": "Capital of France?"}],
                                 "reference": {"answer": "Paris"}, "meta": {"seed_id": "hostile"}})
     try:
-        with trickling_server() as base:
+        with raw_http_server(trickle=True) as base:
             judge.configure(base, "m", timeout_s=1, retries=1)
             started = time.monotonic()
             verdict = within(15, lambda: judge.verify(task, "Paris"))
