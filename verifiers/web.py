@@ -1,6 +1,7 @@
 """What every flywheel HTTP server does at its edge (``flywheel serve`` and ``flywheel serve-env``): a request body
 over a size limit gets 413 before it is read whole, and a body that is not JSON, too deep to parse or not the
-request model gets a one-line 4xx that names the field and never echoes the body."""
+request model gets a one-line 4xx that names the field and never echoes the body. The client side is
+``verifiers/fetch.py``."""
 
 from __future__ import annotations
 
