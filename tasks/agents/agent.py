@@ -31,7 +31,9 @@ from flywheel.tasks.inference.policy import (
     call_arguments,
     parse_action,
 )
+from flywheel.verifiers.common import one_line
 from flywheel.verifiers.envs.workplace.workplace import Session, score_session
+from flywheel.verifiers.fetch import bounded_post
 
 
 @dataclass(frozen=True)
@@ -91,21 +93,39 @@ class LocalEnv:
         return score_session(session.task, session)
 
 
+MAX_REPLY_BYTES = 4 << 20  # an observation or a verdict is a few KB
+
+
 class HTTPEnv:
     """The resources server (``flywheel serve-env``) as an Env."""
 
     def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
         self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
+        self.timeout_s = timeout_s
         self.tools: dict[str, list[str]] = {}
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.client.post(path, json=body)
-        if response.status_code >= 400:
-            raise RuntimeError(f"workplace server {path}: HTTP {response.status_code}: {response.text[:300]}")
-        return response.json()
+    def _post(self, path: str, body: dict[str, Any], *keys: str) -> dict[str, Any]:
+        """The server's JSON object, holding ``keys``; one RuntimeError naming the path for anything else. The
+        whole reply has one deadline and a size cap (``bounded_post``): a server trickling bytes cannot stall the
+        episodes."""
+        try:
+            status, data = bounded_post(self.client, path, body, self.timeout_s, MAX_REPLY_BYTES)
+        except (httpx.TransportError, ValueError) as err:
+            raise RuntimeError(f"workplace server {path}: {type(err).__name__}: {err}") from None
+        text = data[:300].decode("utf-8", "replace")
+        if status >= 400:
+            raise RuntimeError(f"workplace server {path}: HTTP {status}: {text}")
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict) or not all(k in reply for k in keys):
+            raise RuntimeError(f"workplace server {path}: the answer is not a JSON object with {', '.join(keys)}: "
+                               f"{text[:100]}")
+        return reply
 
     def seed(self, task: Task) -> str:
-        reply = self._post("/seed_session", {"task": task.model_dump(mode="json")})
+        reply = self._post("/seed_session", {"task": task.model_dump(mode="json")}, "session_id", "tools")
         self.tools[reply["session_id"]] = reply["tools"]
         return reply["session_id"]
 
@@ -115,11 +135,15 @@ class HTTPEnv:
             return {"error": f"tool {tool!r} is not available; available: {offered}"}
         if not isinstance(args, dict):
             return {"error": "arguments must be a JSON object"}
-        return self._post(f"/{tool}", {"session_id": session_id, "args": args})["observation"]
+        return self._post(f"/{tool}", {"session_id": session_id, "args": args}, "observation")["observation"]
 
     def verify(self, session_id: str) -> Verdict:
         self.tools.pop(session_id, None)
-        return Verdict.model_validate(self._post("/verify", {"session_id": session_id, "close": True}))
+        reply = self._post("/verify", {"session_id": session_id, "close": True})
+        try:
+            return Verdict.model_validate(reply)
+        except ValueError as err:  # pydantic's ValidationError
+            raise RuntimeError(f"workplace server /verify: the answer is not a verdict: {one_line(err)}") from None
 
 
 @dataclass

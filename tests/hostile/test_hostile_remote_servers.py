@@ -1,7 +1,8 @@
-"""A hostile or broken OpenAI-compatible policy server against the `openai` backend (`flywheel eval --backend
-openai`): a reply trickled a byte at a time is cut off at its deadline (httpx's timeout is per read, so it stalled
-an eval for ever), a reply over the size cap is refused without being held, and an answer that is not a chat
-completion is one clear error, not a KeyError from deep inside the eval."""
+"""Hostile or broken servers that flywheel calls as a client: an OpenAI-compatible policy server (the `openai`
+backend of `flywheel eval`) and a workplace resources server (agent episodes through `serve-env`). A reply trickled
+a byte at a time is cut off at its deadline (httpx's timeout is per read, so it stalled an eval for ever), a reply
+over the size cap is refused without being held, and an answer of the wrong shape is one clear error, not a
+KeyError from deep inside the eval."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import time
 import pytest
 
 from conftest import raw_http_server, within
+from flywheel.schemas import Task
+from flywheel.tasks.agents.agent import HTTPEnv
 from flywheel.tasks.inference.backends import MAX_REPLY_BYTES, OpenAIBackend
 from flywheel.tasks.inference.protocol import Request, Sampling
 
@@ -57,3 +60,33 @@ def test_a_minimal_answer_reads_with_defaults() -> None:
         gen = within(20, lambda: OpenAIBackend(base, "m", timeout_s=5, retries=0).generate([HI], Sampling()))[0]
     assert (gen.text, gen.prompt_tokens, gen.completion_tokens, gen.finish_reason) == ("", 0, 0, "stop")
     assert gen.tool_calls == [{"id": None, "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+
+
+TASK = Task.model_validate({"env": "judge", "messages": [{"role": "user", "content": "q"}],
+                            "reference": {"answer": "a"}, "meta": {"seed_id": "hostile"}})
+
+
+def test_an_env_server_that_trickles_is_cut_off_at_its_deadline() -> None:
+    with raw_http_server(trickle=True) as base:
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="workplace server /seed_session: ReadTimeout: no complete reply"):
+            within(20, lambda: HTTPEnv(base, timeout_s=1).seed(TASK))
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    (b"[1, 2]", "/seed_session: the answer is not a JSON object with session_id, tools: [1, 2]"),
+    (b'{"session_id": "s"}', "/seed_session: the answer is not a JSON object with session_id, tools"),
+    (b"\xff\xfe", "/seed_session: the answer is not a JSON object"),
+])
+def test_an_env_answer_of_the_wrong_shape_is_one_clear_error(body, fragment) -> None:
+    with raw_http_server(body) as base:
+        with pytest.raises(RuntimeError, match="workplace server") as caught:
+            within(20, lambda: HTTPEnv(base, timeout_s=5).seed(TASK))
+    assert fragment in str(caught.value)
+
+
+def test_an_env_verdict_of_the_wrong_shape_is_one_clear_error() -> None:
+    with raw_http_server(b'{"reward": "all of it", "valid": true}') as base:
+        with pytest.raises(RuntimeError, match="workplace server /verify: the answer is not a verdict: "):
+            within(20, lambda: HTTPEnv(base, timeout_s=5).verify("s"))
