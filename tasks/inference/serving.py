@@ -73,7 +73,7 @@ class ChatMessage(BaseModel):
         """The turn as ``as_text_chat`` reads it: text parts joined, OpenAI's newer "developer" role as system."""
         text = "".join(p.text for p in self.content) if isinstance(self.content, list) else self.content
         role = "system" if self.role == "developer" else self.role
-        turn = {"role": role, "content": text, "name": self.name}
+        turn = {"role": role, "content": text} | ({"name": self.name} if self.name else {})
         return turn | ({"tool_calls": [c.model_dump() for c in self.tool_calls]} if self.tool_calls else {})
 
 
