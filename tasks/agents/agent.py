@@ -120,8 +120,8 @@ class HTTPEnv:
         except ValueError:
             reply = None
         if not isinstance(reply, dict) or not all(k in reply for k in keys):
-            raise RuntimeError(f"workplace server {path}: the answer is not a JSON object with {', '.join(keys)}: "
-                               f"{text[:100]}")
+            holding = f" with {', '.join(keys)}" if keys else ""
+            raise RuntimeError(f"workplace server {path}: the answer is not a JSON object{holding}: {text[:100]}")
         return reply
 
     def seed(self, task: Task) -> str:

@@ -86,7 +86,12 @@ def test_an_env_answer_of_the_wrong_shape_is_one_clear_error(body, fragment) -> 
     assert fragment in str(caught.value)
 
 
-def test_an_env_verdict_of_the_wrong_shape_is_one_clear_error() -> None:
-    with raw_http_server(b'{"reward": "all of it", "valid": true}') as base:
-        with pytest.raises(RuntimeError, match="workplace server /verify: the answer is not a verdict: "):
+@pytest.mark.parametrize(("body", "fragment"), [
+    (b'{"reward": "all of it", "valid": true}', "workplace server /verify: the answer is not a verdict: "),
+    (b'"1.0"', 'workplace server /verify: the answer is not a JSON object: "1.0"'),
+])
+def test_an_env_verdict_of_the_wrong_shape_is_one_clear_error(body, fragment) -> None:
+    with raw_http_server(body) as base:
+        with pytest.raises(RuntimeError) as caught:
             within(20, lambda: HTTPEnv(base, timeout_s=5).verify("s"))
+    assert fragment in str(caught.value)
