@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,8 +90,10 @@ def dask_client(workers: int, address: str | None) -> Iterator[Any]:
         client = Client(address, timeout="30s")
         cluster = None
     else:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+        with warnings.catch_warnings():  # the scheduler's HTTP server (no dashboard) wants 127.0.0.1:8787 and
+            warnings.filterwarnings("ignore", message="Port 8787 is already in use")  # takes another when busy
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
         client.register_plugin(QuietWorker(), name="flywheel-quiet-worker")
     _restore(environ)

@@ -138,6 +138,27 @@ def test_the_local_dask_clusters_workers_print_no_traceback_yet_a_task_error_sti
     assert logging.getLogger("distributed").level == level
 
 
+def test_a_second_local_cluster_at_once_prints_no_port_warning() -> None:
+    """Every LocalCluster's scheduler serves HTTP on 127.0.0.1:8787 even without a dashboard; a second flywheel
+    command running at once printed "Port 8787 is already in use. Perhaps you already have a cluster running?"."""
+    import socket
+    import warnings
+
+    from flywheel.flows.runtime import dask_client
+
+    with socket.socket() as holder:
+        try:
+            holder.bind(("127.0.0.1", 8787))
+            holder.listen(1)
+        except OSError:
+            pass  # something holds it already: the same situation
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with dask_client(1, None) as client:
+                assert client.submit(abs, -2, pure=False).result() == 2
+    assert [str(w.message) for w in seen if "already in use" in str(w.message)] == []
+
+
 @pytest.mark.slow
 def test_parent_versions_are_deduplicated_against(tmp_path) -> None:
     parent = Path(_run(tmp_path, "p", n=60)["version_dir"])
