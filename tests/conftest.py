@@ -16,6 +16,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers share 2 cores: one torc
     for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # and servers they start (4 threads on 2 cores spin 3x slower)
         os.environ.setdefault(_key, "1")
 
+import re  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -262,8 +263,19 @@ def raw_http_server(body: bytes = b"", trickle: bool = False, length: int | None
     server.listen(8)
     stop = threading.Event()
 
+    def read_request(conn: socket.socket) -> None:
+        """The whole request, headers and body: closing with part of it unread makes the kernel reset the
+        connection, and the client then loses the reply it had not read yet."""
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        declared = re.search(rb"content-length:\s*(\d+)", head, re.I)
+        while declared and len(rest) < int(declared.group(1)) and (chunk := conn.recv(65536)):
+            rest += chunk
+
     def answer(conn: socket.socket) -> None:
-        conn.recv(65536)
+        read_request(conn)
         size = length if length is not None else (100_000 if trickle else len(body))
         conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
                      .encode())

@@ -35,7 +35,7 @@ from flywheel.verifiers.fetch import bounded_post
 NAME = "judge"
 VERSION = "1.1.0"  # 1.1: judge deadline and reply bounds (a trickling judge is a verifier_error)
 DEFAULT_RUBRIC = "10: fully correct and complete; 5: partly correct; 0: wrong, off-topic or empty."
-MAX_REPLY_BYTES = 1 << 20
+MAX_REPLY_BYTES = 1 << 20  # a verdict is one line; a quarter of the policy reply cap (fetch.MAX_REPLY_BYTES)
 _SCORE = re.compile(r"score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*10)?", re.I)
 
 

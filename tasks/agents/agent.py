@@ -93,9 +93,6 @@ class LocalEnv:
         return score_session(session.task, session)
 
 
-MAX_REPLY_BYTES = 4 << 20  # an observation or a verdict is a few KB
-
-
 class HTTPEnv:
     """The resources server (``flywheel serve-env``) as an Env."""
 
@@ -109,7 +106,7 @@ class HTTPEnv:
         whole reply has one deadline and a size cap (``bounded_post``): a server trickling bytes cannot stall the
         episodes."""
         try:
-            status, data = bounded_post(self.client, path, body, self.timeout_s, MAX_REPLY_BYTES)
+            status, data = bounded_post(self.client, path, body, self.timeout_s)
         except (httpx.TransportError, ValueError) as err:
             raise RuntimeError(f"workplace server {path}: {type(err).__name__}: {err}") from None
         text = data[:300].decode("utf-8", "replace")

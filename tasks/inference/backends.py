@@ -246,9 +246,6 @@ def _cpu_has_bf16() -> bool:
     return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
-MAX_REPLY_BYTES = 4 << 20  # a chat completion is a few KB; a bigger answer is a broken or hostile server
-
-
 class _CallFunction(BaseModel):
     name: str = ""
     arguments: str | dict[str, Any] = "{}"
@@ -327,7 +324,7 @@ class OpenAIBackend:
         error: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                status, data = bounded_post(self.client, "/chat/completions", body, self.timeout_s, MAX_REPLY_BYTES)
+                status, data = bounded_post(self.client, "/chat/completions", body, self.timeout_s)
             except self.httpx.TransportError as err:  # refused, reset, timed out (a whole reply's deadline): retried
                 error = err
             except ValueError as err:  # a reply over the cap: the server is broken, asking again will not help

@@ -33,10 +33,13 @@ def test_the_cli_starts_without_the_heavy_libraries() -> None:
     assert done.stdout.strip() == "[]", done.stdout
 
 
-@pytest.mark.parametrize("value", ["-1", "65", "ten"])
-def test_serve_refuses_a_bad_prompt_lookup_before_it_loads_anything(value: str) -> None:
-    result = runner.invoke(app, ["serve", "--model", "/no/such/checkpoint", "--prompt-lookup", value])
-    assert result.exit_code == 1 and "Invalid value for '--prompt-lookup'" in result.output  # before the model loads
+@pytest.mark.parametrize(("option", "value"), [
+    ("--prompt-lookup", "-1"), ("--prompt-lookup", "65"), ("--prompt-lookup", "ten"),
+    ("--max-body-kb", "0"), ("--max-body-kb", "-5"),
+])
+def test_serve_refuses_a_bad_option_before_it_loads_anything(option: str, value: str) -> None:
+    result = runner.invoke(app, ["serve", "--model", "/no/such/checkpoint", option, value])
+    assert result.exit_code == 1 and f"Invalid value for '{option}'" in result.output  # before the model loads
 
 
 def test_version() -> None:

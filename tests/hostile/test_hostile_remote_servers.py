@@ -13,8 +13,9 @@ import pytest
 from conftest import raw_http_server, within
 from flywheel.schemas import Task
 from flywheel.tasks.agents.agent import HTTPEnv
-from flywheel.tasks.inference.backends import MAX_REPLY_BYTES, OpenAIBackend
+from flywheel.tasks.inference.backends import OpenAIBackend
 from flywheel.tasks.inference.protocol import Request, Sampling
+from flywheel.verifiers.fetch import MAX_REPLY_BYTES
 
 HI = Request([{"role": "user", "content": "hi"}])
 
