@@ -19,6 +19,8 @@ def serve(
                                       "copied from the context, each checked in one pass (4: 2.5x on a 5-step "
                                       "workplace episode here, the texts of plain greedy decoding). 0: off."),
     max_body_kb: int = typer.Option(1024, min=1, help="Largest request body in KB (413 beyond)."),
+    max_waiting: int = typer.Option(16, min=1, max=32, help="Chat requests allowed to wait for or hold the model "
+                                    "at once (one generates at a time); 503 with Retry-After beyond."),
 ) -> None:
     """Serve a local checkpoint over an OpenAI-compatible API (/v1/chat/completions)."""
     import uvicorn
@@ -27,7 +29,7 @@ def serve(
     from flywheel.tasks.inference.serving import create_app
 
     try:
-        app_ = create_app(HFChatModel(model, prompt_lookup=prompt_lookup), name, max_body_kb)
+        app_ = create_app(HFChatModel(model, prompt_lookup=prompt_lookup), name, max_body_kb, max_waiting)
     except (ValueError, RuntimeError, OSError) as exc:
         fail(explain(exc))
     err.print(f"serving {name} on http://{host}:{port}/v1", highlight=False)

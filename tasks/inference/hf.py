@@ -98,21 +98,28 @@ class HFChatModel:
                 raise ValueError(context_error(name, len(ids), max_new_tokens, limit, self.path.name))
 
     def generate(self, conversations: Sequence[Sequence[dict[str, str]]], seed: int, temperature: float = 0.7,
-                 top_p: float = 0.9, max_new_tokens: int = 96, labels: Sequence[str] = ()) -> list[Reply]:
+                 top_p: float = 0.9, max_new_tokens: int = 96, labels: Sequence[str] = (),
+                 stop: Sequence[str] = ()) -> list[Reply]:
+        """One reply per conversation; each ends at EOS, after ``max_new_tokens`` or once its text holds one of
+        ``stop`` (included: the caller cuts it)."""
         prompts = self.encode(conversations)
-        new = self.generate_ids(prompts, seed, temperature, top_p, max_new_tokens, labels)
+        new = self.generate_ids(prompts, seed, temperature, top_p, max_new_tokens, labels, stop)
         eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
         texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
         return [Reply(t, len(p), sum(1 for x in n if x not in eos))
                 for t, p, n in zip(texts, prompts, new, strict=True)]
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], seed: int, temperature: float = 0.7, top_p: float = 0.9,
-                     max_new_tokens: int = 96, labels: Sequence[str] = ()) -> list[list[int]]:
-        """The new tokens of each prompt, up to and including the first end-of-sequence token."""
+                     max_new_tokens: int = 96, labels: Sequence[str] = (),
+                     stop: Sequence[str] = ()) -> list[list[int]]:
+        """The new tokens of each prompt, up to and including the first end-of-sequence token (or the token that
+        completes a ``stop`` string)."""
         self.check_context(prompts, max_new_tokens, labels)
         sample = temperature > 0
         options = {"do_sample": sample, "max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id,
                    "use_cache": True}  # trainers may turn the KV cache off on the model they train
+        if stop:  # transformers' StopStringCriteria: a finished row pads while the others go on
+            options |= {"stop_strings": list(stop), "tokenizer": self.tokenizer}
         if sample:
             options |= {"temperature": temperature, "top_p": top_p}
         lookup = not sample and self.lookup > 0 and len(prompts) == 1  # transformers' assisted decoding: batch 1

@@ -7,21 +7,26 @@ same reply. The model has no native tool calling: offered tools are rendered
 into the system turn, earlier assistant tool calls and tool results into text
 turns, and a reply that is a ``{"tool", "args"}`` object comes back as OpenAI
 ``tool_calls`` (finish_reason "tool_calls"), as vLLM's tool parsers do. ``stop``
-cuts the text at its first stop string after generation (usage counts the
-tokens generated). GET /v1/models lists the one served model.
+ends generation once the text holds a stop string, which is cut from the reply.
+GET /v1/models lists the one served model.
 
 Every bad request is a one-line 4xx, never a 500 (``verifiers.web.guard``): 413
 a body over ``--max-body-kb``, 422 a body that is not JSON or breaks the request
 model (NaN, a seed past 64 bits, a tool without a name, ...), 404 a model name
 this server does not serve, 400 ``stream`` (replies come whole), a prompt plus
-max_tokens past the model's context, or a tool schema that cannot be rendered.
-Bind it to 127.0.0.1 unless you mean to expose it.
+max_tokens past the model's context, or a tool schema that cannot be rendered;
+503 with Retry-After when ``--max-waiting`` requests already wait for or hold
+the model (one request generates at a time). Bind it to 127.0.0.1 unless you
+mean to expose it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException
@@ -134,8 +139,31 @@ def _choice(index: int, text: str, tokens: int, req: ChatRequest, stops: list[st
     return {"index": index, "message": message, "finish_reason": finish}
 
 
-def create_app(model: HFChatModel, served_name: str, max_body_kb: int = 1024) -> FastAPI:
+class Admission:
+    """At most ``limit`` chat requests waiting for or holding the model at once; 503 beyond, so a flood of long
+    requests is refused at once instead of queueing for ever. Keep ``limit`` under the server's 40 worker threads:
+    a request is counted once a thread runs it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.count, self.lock = limit, 0, threading.Lock()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self.lock:
+            if self.count >= self.limit:
+                raise HTTPException(503, f"server busy: {self.limit} requests already wait for or hold the model "
+                                         "(--max-waiting); retry later", headers={"Retry-After": "1"})
+            self.count += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.count -= 1
+
+
+def create_app(model: HFChatModel, served_name: str, max_body_kb: int = 1024, max_waiting: int = 16) -> FastAPI:
     app = guard(FastAPI(title="flywheel OpenAI-compatible server"), max_body_kb)
+    admission = Admission(max_waiting)
 
     @app.get("/v1/models")
     def models() -> dict:
@@ -149,11 +177,12 @@ def create_app(model: HFChatModel, served_name: str, max_body_kb: int = 1024) ->
         if req.stream:
             raise HTTPException(400, "stream: this server answers whole replies; send stream false or leave it out")
         stops, conversation = req.stops(), _conversation(req)
-        try:
-            replies = model.generate([conversation] * req.n, req.seed, req.temperature, req.top_p, req.max_tokens,
-                                     labels=["the request"] * req.n)
-        except ValueError as exc:  # the prompt plus max_tokens past the model's context
-            raise HTTPException(400, one_line(exc, None)) from exc
+        with admission.slot():
+            try:
+                replies = model.generate([conversation] * req.n, req.seed, req.temperature, req.top_p,
+                                         req.max_tokens, labels=["the request"] * req.n, stop=stops)
+            except ValueError as exc:  # the prompt plus max_tokens past the model's context
+                raise HTTPException(400, one_line(exc, None)) from exc
         generated = sum(r.completion_tokens for r in replies)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),

@@ -6,12 +6,13 @@ model's name) are served or refused."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from conftest import one_line_error
+from conftest import cli_server, one_line_error
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 HI = [{"role": "user", "content": "hi"}]
@@ -74,9 +75,28 @@ def test_n_stop_text_parts_and_tool_turns_are_served_as_openai_does(model_server
     parts = [{"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}]
     assert choices(messages=parts, temperature=0.0, max_tokens=8)[0]["message"]["content"] == greedy
     word = greedy.split()[1]
-    cut = choices(temperature=0.0, max_tokens=8, stop=[word])[0]
-    assert cut["finish_reason"] == "stop" and cut["message"]["content"] == greedy[:greedy.index(word)]
+    cut = httpx.post(url, json=_with(temperature=0.0, max_tokens=8, stop=[word]), timeout=120).json()
+    assert cut["choices"][0]["finish_reason"] == "stop" and cut["choices"][0]["message"]["content"] == \
+        greedy[:greedy.index(word)]
+    assert cut["usage"]["completion_tokens"] < 8  # the stop string ended generation, not the token limit
     turns = [*HI, {"role": "assistant", "content": None,
                    "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
              {"role": "tool", "name": "f", "content": "done"}]
     assert choices(messages=turns, tools=[TOOL], temperature=0.0)  # earlier calls and results are read, not a 500
+
+
+def test_a_flood_past_max_waiting_is_refused_with_503_and_every_slot_comes_back() -> None:
+    """One request generates at a time; before --max-waiting, a flood of long requests queued for ever."""
+    with cli_server(["serve", "--name", "smol", "--max-waiting", "2"], "/v1/models") as base:
+        url = f"{base}/v1/chat/completions"
+        story = _with(max_tokens=64, temperature=0.0, messages=[{"role": "user", "content": "Tell me a long story."}])
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: httpx.post(url, json=story, timeout=300), range(8)))
+        assert {a.status_code for a in answers} == {200, 503}, [a.status_code for a in answers]
+        busy = next(a for a in answers if a.status_code == 503)
+        one_line_error(busy, 503, "server busy: 2 requests already wait for or hold the model (--max-waiting)")
+        assert busy.headers["retry-after"] == "1"
+        long = _with(messages=[{"role": "user", "content": "word " * 9000}])
+        for _ in range(3):  # a refused request gives its slot back too
+            one_line_error(httpx.post(url, json=long, timeout=60), 400, "exceed the model's context")
+        assert [httpx.post(url, json=_with(), timeout=60).status_code for _ in range(3)] == [200] * 3
