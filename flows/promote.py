@@ -115,7 +115,7 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     link_artifacts("gate", {"report": gates / f"{stem}.md", "json": gates / f"{stem}.json"})
     gate_info = {"passed": result.passed, "success_delta": result.success_delta, "success_ci": list(result.success_ci),
                  "report": f"gates/{stem}.json"}
-    event = reg.promote(version.id, gate_info, override) if result.passed or override else None
+    event = reg.promote(version.id, gate_info, override) if result.passed or (override and override.strip()) else None
     return PromoteResult(version=version.id, passed=result.passed, failures=result.failures(),
                          success_delta=result.success_delta, success_ci=result.success_ci,
                          report=str(gates / f"{stem}.md"), event=event, checks=result.checks)

@@ -177,3 +177,22 @@ def _chmod_own(path: str, mode: int, directory: bool = False) -> None:
             os.fchmod(fd, mode)
     finally:
         os.close(fd)
+
+
+def read_regular(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``: a symlink, FIFO, device or folder is an OSError at
+    once (never a hang on a FIFO, never /dev/zero read for ever), a bigger file a ValueError ("larger than N KB")."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(exc.errno, "a symlink, not a regular file", str(path)) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes // 1024} KB")
+    return data

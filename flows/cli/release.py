@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from flywheel.flows.cli.base import app, err, explain, fail, in_api
+from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api
 
 REGISTRY = typer.Option(Path("registry"), envvar="FLYWHEEL_REGISTRY", help="Registry folder ($FLYWHEEL_REGISTRY).")
 registry_app = typer.Typer(no_args_is_help=True, help="The model registry: versions, aliases, lineage.")
@@ -36,9 +36,13 @@ def promote(
     from flywheel.tasks.release.registry import Registry
 
     try:
+        if override is not None and not override.strip():
+            raise ValueError("--override needs a reason: it goes into the audit log")
         config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, cost_margin=cost_margin)
         reg = Registry(registry)
-        reg.version(version)  # an unknown --version and unusable evals fail before any flow run
+        # resolved once: an alias moved by another command while this one runs must not swap the version gated
+        version = reg.version(version).id  # an unknown --version and unusable evals fail before any flow run
+        check_output(registry / "gates", "--registry", folder_wanted=True)  # where the gate report goes
         if baseline_eval is None:
             baseline_eval = production_eval(reg)
             try:
@@ -81,6 +85,9 @@ def registry_list(registry: Path = REGISTRY) -> None:
 
     try:
         reg = Registry(registry)
+        if not reg.exists():
+            raise ValueError(f"no registry at {registry} (no events folder): check --registry or $FLYWHEEL_REGISTRY; "
+                             "`flywheel train` registers the first version")
         events, aliases = reg.events(), reg.aliases()
     except (ValueError, OSError) as exc:
         fail(explain(exc))
@@ -99,10 +106,10 @@ def registry_show(ref: str = typer.Argument("production", help="Version id or al
 
     try:
         reg = Registry(registry)
-        version = reg.version(ref)
+        shown = json.dumps(lineage(reg, reg.version(ref)), indent=2, allow_nan=False)
     except (ValueError, OSError) as exc:
         fail(explain(exc))
-    typer.echo(json.dumps(lineage(reg, version), indent=2))
+    typer.echo(shown)
 
 
 @registry_app.command("export")

@@ -18,8 +18,9 @@ def ancestry(reg: Registry, version: Any) -> list[dict[str, Any]]:
         version = reg.version(version.parent)
         seen.add(version.id)
         report = reg.path(version) / version.eval_report if version.eval_report else None
+        config = version.training.get("config")
         chain.append({"id": version.id, "name": version.name,
-                      "method": version.training.get("config", {}).get("method"),
+                      "method": config.get("method") if isinstance(config, dict) else None,
                       "eval_report": str(report) if report else None, "dataset": version.dataset.get("version")})
     return chain
 

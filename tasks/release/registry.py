@@ -7,30 +7,43 @@ a killed command leaves the registry as it was and two writers cannot take the s
 the log, decides and appends while holding an exclusive lock (``flock`` on ``ROOT/.lock``), so each event is
 computed from the state right before it: two promotions at once record each other as ``previous``, two rollbacks
 pop two promotions. Aliases are read by replaying the events: ``candidate`` moves on every register,
-``production`` only on promote and rollback. A damaged event file (not JSON, wrong fields, a number that does
-not match its name) is a RegistryError naming the file, never a guess.
+``production`` only on promote and rollback. A damaged log (a file that is not strict JSON or not an event, a
+number that does not match its name, a missing number, a promotion of a version never registered, a rollback
+to a version that was not the one before) or a damaged ``version.json`` (not the version its folder names, a
+path outside its folder) is a RegistryError naming the file, never a guess. Registry files are read only as
+regular files of bounded size (a FIFO or ``/dev/zero`` swapped in is refused at once), the lock is never
+followed through a symlink, and a lock another process holds for ``LOCK_WAIT_S`` is an error, not a silent hang.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import getpass
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from flywheel.schemas import sha256_text
 from flywheel.schemas.registry import Event, ModelVersion
 from flywheel.tasks.data.publish import file_sha256
-from flywheel.tasks.files import share_tree
+from flywheel.tasks.files import read_regular, share_tree
+
+MAX_EVENT_BYTES = 1 << 20  # an event is a few hundred bytes; a gate summary a few KB
+MAX_VERSION_BYTES = 16 << 20  # version.json: a training config, metrics and the file hashes
+LOCK_WAIT_S = 60.0  # a change holds the lock for milliseconds; a minute means a stuck holder
+FIX = "the audit log is damaged; restore this file from a backup (events are append-only, never edit them)"
 
 
 class RegistryError(ValueError):
@@ -45,20 +58,60 @@ def folder_hashes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _strict_json(path: Path, max_bytes: int) -> Any:
+    """A registry file's JSON: a regular file of bounded size, strict JSON (no NaN or Infinity); errors name it."""
+    try:
+        return orjson.loads(read_regular(path, max_bytes))
+    except orjson.JSONDecodeError as err:
+        raise RegistryError(f"{path} is not strict JSON ({err})") from None
+    except (OSError, ValueError) as err:
+        raise RegistryError(f"{path} cannot be read ({getattr(err, 'strerror', None) or err})") from None
+
+
+def _first_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    return f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}"
+
+
 def _read_event(path: Path) -> Event:
     """One event file, checked: a damaged audit log is reported, never replayed with a guess."""
-    fix = "the audit log is damaged; restore this file from a backup (events are append-only, never edit them)"
     try:
-        event = Event.model_validate_json(path.read_bytes())
+        event = Event.model_validate(_strict_json(path, MAX_EVENT_BYTES))
+    except RegistryError as err:
+        raise RegistryError(f"{err}: {FIX}") from None
     except ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(map(str, e["loc"])) or "record"
-        raise RegistryError(f"{path} is not a registry event ({where}: {e['msg']}): {fix}") from None
-    except OSError as err:
-        raise RegistryError(f"{path} cannot be read ({err.strerror or err}): {fix}") from None
+        raise RegistryError(f"{path} is not a registry event ({_first_error(err)}): {FIX}") from None
     if f"{event.seq:06d}.json" != path.name:
-        raise RegistryError(f"{path} holds event {event.seq}, not the one its name says: {fix}")
+        raise RegistryError(f"{path} holds event {event.seq}, not the one its name says: {FIX}")
     return event
+
+
+def _replayed(events: list[Event], folder: Path) -> list[str]:
+    """The promotions in force after ``events`` (promote pushes, rollback pops), checking that the log holds
+    every number from 1 and moves production only to versions registered before and back only to the one before."""
+    registered: set[str] = set()
+    stack: list[str] = []
+    for number, e in enumerate(events, 1):
+        where = f"{folder / f'{e.seq:06d}.json'}"
+        if e.seq != number:
+            raise RegistryError(f"event {number} is missing from {folder} (the log goes on at {e.seq}): {FIX}")
+        if e.action == "register":
+            registered.add(e.version)
+        elif e.version not in registered:
+            raise RegistryError(f"{where} {e.action}s {e.version}, which no earlier event registered: {FIX}")
+        if e.action == "promote":
+            stack.append(e.version)
+        elif e.action == "rollback":
+            if len(stack) < 2 or (e.version, e.previous) != (stack[-2], stack[-1]):
+                raise RegistryError(f"{where} rolls production back to {e.version} from {e.previous}, but the "
+                                    f"promotions before it say {stack[-2:] or 'nothing'}: {FIX}")
+            stack.pop()
+    return stack
+
+
+def _actor() -> str:
+    """The user name for the audit log, control characters replaced: $LOGNAME cannot forge a line."""
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", getpass.getuser())
 
 
 class Registry:
@@ -66,25 +119,64 @@ class Registry:
         self.root = Path(root)
 
     def events(self) -> list[Event]:
+        """The audit log in order (by number, not by file name), checked whole; [] for a registry not made yet."""
         folder = self.root / "events"
-        files = sorted(folder.glob("[0-9]*.json")) if folder.is_dir() else []
-        return [_read_event(p) for p in files]
+        if not folder.exists() and not folder.is_symlink():
+            return []
+        if not folder.is_dir():
+            raise RegistryError(f"{folder} is not a folder: {self.root} is not a registry (or is damaged); check "
+                                "--registry")
+        files = [p for p in folder.glob("[0-9]*.json") if p.stem.isdigit()]
+        events = [_read_event(p) for p in sorted(files, key=lambda p: int(p.stem))]
+        _replayed(events, folder)
+        return events
+
+    def exists(self) -> bool:
+        """Whether a registry was made here (its events folder is there; events() says if it is damaged)."""
+        folder = self.root / "events"
+        return folder.exists() or folder.is_symlink()
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, create: bool = False) -> Iterator[None]:
         """Exclusive over read-decide-append: the lock file lives in the registry root, the kernel drops it if
-        the holder dies, so a killed command never leaves the registry locked."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        the holder dies, so a killed command never leaves the registry locked. Only ``register`` (``create``)
+        makes a registry; the lock is never opened through a symlink, a FIFO or a device."""
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        elif not self.exists():
+            raise RegistryError(f"no registry at {self.root} (no events folder): check --registry or "
+                                "$FLYWHEEL_REGISTRY")
+        path = self.root / ".lock"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        except OSError as err:
+            why = "a symlink" if err.errno == errno.ELOOP else err.strerror
+            raise RegistryError(f"{path} cannot be the registry's lock ({why}): remove it; flywheel makes it "
+                                "again") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise RegistryError(f"{path} is not a regular file: remove it; flywheel makes it again")
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise RegistryError(f"{path} has been held by another process for {LOCK_WAIT_S:g} s "
+                                            "(a registry change takes milliseconds): find it with `fuser "
+                                            f"{path}`, stop it, and run the command again") from None
+                    time.sleep(0.05)
             yield
+        finally:
+            os.close(fd)
 
     def _append(self, **fields: Any) -> Event:
         """Append one event; the caller holds the lock (the hard link still refuses a taken number)."""
         folder = self.root / "events"
         folder.mkdir(parents=True, exist_ok=True)
         events = self.events()
-        event = Event(seq=events[-1].seq + 1 if events else 1, at=_now(), actor=getpass.getuser(), **fields)
+        event = Event(seq=events[-1].seq + 1 if events else 1, at=_now(), actor=_actor(), **fields)
         fd, tmp = tempfile.mkstemp(prefix=".event-", dir=folder)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -112,7 +204,19 @@ class Registry:
         if vid not in {e.version for e in self.events() if e.action == "register"}:
             known = sorted({e.version for e in self.events()} | set(self.aliases()))
             raise RegistryError(f"no version or alias {ref!r} in {self.root}; known: {', '.join(known) or '(empty)'}")
-        return ModelVersion.model_validate_json((self.root / "versions" / vid / "version.json").read_text())
+        return self._read_version(self.root / "versions" / vid)
+
+    def _read_version(self, folder: Path) -> ModelVersion:
+        path, fix = folder / "version.json", "restore the version folder from a backup (versions are never edited)"
+        try:
+            version = ModelVersion.model_validate(_strict_json(path, MAX_VERSION_BYTES))
+        except RegistryError as err:
+            raise RegistryError(f"{err}: {fix}") from None
+        except ValidationError as err:
+            raise RegistryError(f"{path} is not a registry version ({_first_error(err)}): {fix}") from None
+        if version.id != folder.name:
+            raise RegistryError(f"{path} holds version {version.id}, not the one its folder names: {fix}")
+        return version
 
     def path(self, version: ModelVersion) -> Path:
         return self.root / "versions" / version.id
@@ -147,20 +251,27 @@ class Registry:
                                        created_at=_now(), **fields)
                 (tmp / "version.json").write_text(version.model_dump_json(indent=2) + "\n", encoding="utf-8")
                 share_tree(tmp)  # mkdtemp is 0700 and safetensors files 0600: a version is read like any output
-                os.replace(tmp, target)
+                try:
+                    os.replace(tmp, target)
+                except OSError as err:  # the same adapter registered by another command at the same moment
+                    if err.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (target / "version.json").is_file():
+                        raise
+                    shutil.rmtree(tmp, ignore_errors=True)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
-        version = ModelVersion.model_validate_json((target / "version.json").read_text())
-        with self._locked():
+        version = self._read_version(target)
+        with self._locked(create=True):
             self._append(action="register", version=vid, alias="candidate", previous=self.aliases().get("candidate"))
         return version
 
     def verify_files(self, version: ModelVersion) -> list[str]:
         """Files whose content no longer matches the recorded hash ([] when intact)."""
         base = self.path(version)
+        real = self.root.resolve() / "versions" / version.id  # any symlink on the way makes the files "changed"
         return [rel for rel, digest in version.files.items()
-                if not (base / rel).is_file() or file_sha256(base / rel) != digest]
+                if (base / rel).resolve() != real / rel or not (base / rel).is_file()
+                or file_sha256(base / rel) != digest]
 
     def promote(self, ref: str, gate: dict[str, Any] | None, override: str | None = None) -> Event:
         """Move production to a version: only with a passing gate, or an explicit override with its reason."""
@@ -175,13 +286,7 @@ class Registry:
 
     def production_stack(self) -> list[str]:
         """Promotions still in force, oldest first: promote pushes, rollback pops."""
-        stack: list[str] = []
-        for e in self.events():
-            if e.action == "promote":
-                stack.append(e.version)
-            elif e.action == "rollback" and stack:
-                stack.pop()
-        return stack
+        return _replayed(self.events(), self.root / "events")
 
     def rollback(self) -> Event:
         """Production back to the version it pointed to before the current promotion."""

@@ -5,6 +5,7 @@ history agree). A damaged event file is one line from `flywheel registry list`, 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import flywheel.tasks.release.registry as registry_module
 from flywheel.tasks.release.registry import Registry, RegistryError
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
@@ -28,7 +30,10 @@ reg, action, ref, go = Registry(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys
 Path(sys.argv[5]).touch()
 while not go.exists():
     time.sleep(0.0005)
-reg.promote(ref, {"passed": True}) if action == "promote" else reg.rollback()
+if action == "register":
+    reg.register(Path(ref), {"name": "p", "base_model": {}, "dataset": {}, "verifiers": {}, "training": {}})
+else:
+    reg.promote(ref, {"passed": True}) if action == "promote" else reg.rollback()
 """
 
 
@@ -110,12 +115,21 @@ FIX = "the audit log is damaged; restore this file from a backup (events are app
 
 @pytest.mark.parametrize(("content", "why"), [
     ('{"seq": 2, "at": "2025-01-01T00:00:00Z", "action": "prom',
-     "record: Invalid JSON: EOF while parsing a string at line 1 column 56"),
+     "is not strict JSON (unexpected end of data: line 1 column 57 (char 56))"),
+    ('{"seq": 2, "at": "2025-01-01T00:00:00Z", "action": "register", "version": "mv-000000000000", "gate": NaN}',
+     "is not strict JSON (unexpected character, expected a JSON value: line 1 column 102 (char 101))"),
     ('{"seq": 2, "at": "2025-01-01T00:00:00Z", "action": "delete", "version": "mv-000000000000"}',
-     "action: Input should be 'register', 'promote' or 'rollback'"),
-    ('{"seq": 2, "at": "x", "action": "register", "version": "mv-000000000000", "alias": "production"}',
-     "record: Value error, a register event moves the candidate alias, not 'production'"),
-    (b"\xff\xfe not json", "record: Invalid JSON: expected value at line 1 column 1"),
+     "is not a registry event (action: Input should be 'register', 'promote' or 'rollback')"),
+    ('{"seq": 2, "at": "2025-01-01T00:00:00Z", "action": "register", "version": "mv-000000000000", '
+     '"alias": "production"}',
+     "is not a registry event (record: Value error, a register event moves the candidate alias, not 'production')"),
+    ('{"seq": 2, "at": "2025-01-01T00:00:00Z", "action": "register", "version": "../../../outside/x", '
+     '"alias": "candidate"}', "is not a registry event (version: String should match pattern '^mv-[0-9a-f]{12}$')"),
+    ('{"seq": 2, "at": "2025-01-01T00:00:00Z", "action": "register", "version": "mv-000000000000", '
+     '"alias": "candidate", "actor": "alice\\n   7 2026-01-01T00:00:00Z bob promote"}',
+     "is not a registry event (actor: String should match pattern '^[^\\x00-\\x1f\\x7f-\\x9f]*$')"),
+    (b"\xff\xfe not json", "is not strict JSON (str is not valid UTF-8: surrogates not allowed: line 1 column 1 "
+                           "(char 0))"),
 ])
 def test_damaged_event_is_one_line_naming_the_file(tmp_path, content, why) -> None:
     reg, _ = registry_with(tmp_path, 1, promoted=0)
@@ -124,7 +138,7 @@ def test_damaged_event_is_one_line_naming_the_file(tmp_path, content, why) -> No
     proc = subprocess.run([FLYWHEEL, "registry", "list", "--registry", str(reg.root)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [f"error: {bad} is not a registry event ({why}): {FIX}"]
+    assert proc.stderr.strip().splitlines() == [f"error: {bad} {why}: {FIX}"]
 
 
 def test_event_under_another_number_is_one_line(tmp_path) -> None:
@@ -155,3 +169,176 @@ def test_an_adapter_holding_a_symlink_is_refused_and_nothing_is_published(tmp_pa
         reg.register(folder, FIELDS)
     assert not (tmp_path / "reg" / "versions").exists() or not any((tmp_path / "reg" / "versions").iterdir())
     assert reg.events() == []
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([FLYWHEEL, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def one_line(proc: subprocess.CompletedProcess, fragment: str) -> None:
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert fragment in proc.stderr, proc.stderr
+
+
+def event(seq: int, action: str, version: str, **fields: object) -> str:
+    alias = "candidate" if action == "register" else "production"
+    return json.dumps({"seq": seq, "at": "2026-01-01T00:00:00Z", "action": action, "version": version,
+                       "alias": alias, **fields})
+
+
+@pytest.mark.parametrize("damage", ["gap", "unregistered", "rollback_elsewhere"])
+def test_a_log_that_contradicts_itself_is_one_line_not_replayed(tmp_path, damage) -> None:
+    """Before: a missing event, a promotion of a version never registered and a rollback to an arbitrary version
+    were replayed without a word (production pointed at nothing; `list` and `rollback` disagreed)."""
+    reg, ids = registry_with(tmp_path, 3, promoted=2)  # events 1-3 register, 4-5 promote
+    events = reg.root / "events"
+    if damage == "gap":
+        (events / "000004.json").unlink()
+        fragment = f"event 4 is missing from {events} (the log goes on at 5)"
+    elif damage == "unregistered":
+        (events / "000006.json").write_text(event(6, "promote", "mv-ffffffffffff", previous=ids[1]))
+        fragment = "000006.json promotes mv-ffffffffffff, which no earlier event registered"
+    else:
+        (events / "000006.json").write_text(event(6, "rollback", ids[2], previous=ids[1]))
+        fragment = f"000006.json rolls production back to {ids[2]} from {ids[1]}, but the promotions before it say"
+    for command in (["registry", "list"], ["rollback"], ["registry", "show"]):
+        one_line(cli(*command, "--registry", str(reg.root)), fragment)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "huge"])
+def test_an_event_that_is_not_a_small_regular_file_is_refused_at_once(tmp_path, kind) -> None:
+    """Before: a FIFO hung `registry list` for ever and /dev/zero (or a 400 MB event) ate the machine's memory."""
+    reg, _ = registry_with(tmp_path, 1, promoted=0)
+    bad = reg.root / "events" / "000002.json"
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "dev_zero":
+        bad.symlink_to("/dev/zero")
+    else:
+        bad.write_text(event(2, "register", "mv-000000000000", gate={"pad": "A" * (2 << 20)}))
+    why = {"fifo": "not a regular file", "dev_zero": "a symlink, not a regular file", "huge": "larger than 1024 KB"}
+    one_line(cli("registry", "list", "--registry", str(reg.root)), f"{bad} cannot be read ({why[kind]})")
+
+
+@pytest.mark.parametrize("lock", ["fifo", "symlink"])
+def test_a_lock_file_swapped_for_a_fifo_or_a_link_is_refused_and_nothing_outside_is_made(tmp_path, lock) -> None:
+    """Before: a FIFO .lock hung `rollback` for ever, and a .lock symlink made rollback create its target."""
+    reg, _ = registry_with(tmp_path, 2, promoted=2)
+    outside = tmp_path / "outside" / "made-by-lock"
+    outside.parent.mkdir()
+    (reg.root / ".lock").unlink()
+    os.mkfifo(reg.root / ".lock") if lock == "fifo" else (reg.root / ".lock").symlink_to(outside)
+    one_line(cli("rollback", "--registry", str(reg.root)), f"{reg.root / '.lock'} ")
+    assert not outside.exists() and len(reg.events()) == 4
+
+
+def test_a_lock_held_past_the_wait_is_an_error_naming_it_not_a_silent_hang(tmp_path, monkeypatch) -> None:
+    import fcntl
+
+    reg, _ = registry_with(tmp_path, 2, promoted=2)
+    monkeypatch.setattr(registry_module, "LOCK_WAIT_S", 0.5)
+    with open(reg.root / ".lock", "a") as held:  # another open file description: flock conflicts in-process too
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RegistryError, match="has been held by another process for 0.5 s"):
+            reg.rollback()
+    assert reg.rollback().version == reg.production_stack()[-1]  # released: the next change goes through
+
+
+def test_commands_on_a_registry_that_is_not_there_say_so_and_create_nothing(tmp_path) -> None:
+    typo = tmp_path / "typo" / "deep" / "registry"
+    one_line(cli("registry", "list", "--registry", str(typo)), f"no registry at {typo}")
+    one_line(cli("rollback", "--registry", str(typo)), f"no registry at {typo}")
+    assert not (tmp_path / "typo").exists()
+    reg, _ = registry_with(tmp_path / "r", 1, promoted=0)
+    (reg.root / "events" / "000001.json").unlink()
+    (reg.root / "events").rmdir()
+    (reg.root / "events").write_text("junk")
+    one_line(cli("registry", "list", "--registry", str(reg.root)), f"{reg.root / 'events'} is not a folder")
+
+
+def test_logname_cannot_forge_a_line_of_the_audit_log(tmp_path) -> None:
+    reg, _ = registry_with(tmp_path, 2, promoted=2)
+    forged = "alice\n   7 2026-01-01T00:00:00Z bob      promote  mv-000000000000 production\x1b[2J"
+    proc = cli("rollback", "--registry", str(reg.root), env={"LOGNAME": forged})
+    assert proc.returncode == 0, proc.stderr
+    assert reg.events()[-1].actor == "alice?   7 2026-01-01T00:00:00Z bob      promote  mv-000000000000 production?[2J"
+    listing = cli("registry", "list", "--registry", str(reg.root)).stdout.splitlines()
+    assert len(listing) == 6 and "\x1b" not in "".join(listing)  # five events and the aliases
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    ({"adapter": "../../../../outside/secret_adapter"}, "adapter: Value error, '../../../../outside/secret_adapter' "
+                                                        "is not a path inside the version folder"),
+    ({"eval_report": "/etc/passwd"}, "eval_report: Value error, '/etc/passwd' is not a path inside the version"),
+    ({"files": {"/etc/passwd": "0" * 64}}, "files./etc/passwd.[key]: Value error, '/etc/passwd' is not a path inside"),
+    ({"parent": "../../x"}, "parent: String should match pattern"),
+    ({"id": "mv-0123456789ab"}, "holds version mv-0123456789ab, not the one its folder names"),
+    ({"metrics": float("nan")}, "is not strict JSON"),
+])
+def test_a_tampered_version_record_is_one_line_naming_it_and_never_read_through(tmp_path, edit, fragment) -> None:
+    """Before: a version.json could point the registry's reads (show, export, the gate's baseline) outside the
+    registry, or show another version's record under this one's id."""
+    reg, ids = registry_with(tmp_path, 1, promoted=0)
+    record = reg.root / "versions" / ids[0] / "version.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), **edit}))
+    for command in (["registry", "show", "candidate"], ["registry", "export", "candidate", "--out",
+                                                         str(tmp_path / "exp")]):
+        one_line(cli(*command, "--registry", str(reg.root)), f"{record} ")
+        assert fragment in cli(*command, "--registry", str(reg.root)).stderr
+    assert not (tmp_path / "exp").exists()
+
+
+def test_a_damaged_parent_is_one_line_from_registry_show(tmp_path) -> None:
+    reg, ids = registry_with(tmp_path, 2, promoted=0)
+    child = reg.root / "versions" / ids[1] / "version.json"
+    child.write_text(json.dumps({**json.loads(child.read_text()), "parent": ids[0]}))
+    parent = reg.root / "versions" / ids[0] / "version.json"
+    parent.write_text(json.dumps({**json.loads(parent.read_text()), "training": {"config": "x"}}))
+    shown = json.loads(cli("registry", "show", ids[1], "--registry", str(reg.root)).stdout)
+    assert shown["ancestry"][0]["method"] is None  # a config that is not an object: no method, not a crash
+    parent.write_text("{broken")
+    one_line(cli("registry", "show", ids[1], "--registry", str(reg.root)), f"{parent} is not strict JSON")
+
+
+@pytest.mark.parametrize("link", ["version_folder", "adapter_file"])
+def test_files_reached_through_a_symlink_are_not_intact_and_not_exported(tmp_path, link) -> None:
+    """Before: a version folder (or one of its files) replaced by a link to an identical copy elsewhere still read
+    as intact, and export loaded what the link named."""
+    reg, ids = registry_with(tmp_path, 1, promoted=0)
+    folder = reg.root / "versions" / ids[0]
+    if link == "version_folder":
+        elsewhere = tmp_path / "elsewhere"
+        folder.rename(elsewhere)
+        folder.symlink_to(elsewhere)
+    else:
+        config = folder / "adapter" / "adapter_config.json"
+        elsewhere = tmp_path / "elsewhere.json"
+        config.rename(elsewhere)
+        config.symlink_to(elsewhere)
+    shown = json.loads(cli("registry", "show", "--registry", str(reg.root), "candidate").stdout)
+    assert shown["files_intact"] is False
+    one_line(cli("registry", "export", "candidate", "--out", str(tmp_path / "exp"), "--registry", str(reg.root)),
+             "files changed since registration")
+
+
+def test_two_registers_of_the_same_adapter_at_once_both_succeed(tmp_path) -> None:
+    """Before: the second rename failed with a raw 'Directory not empty' (3 of 3 tries with a 50 MB adapter)."""
+    for trial in range(TRIALS):
+        folder = adapter(tmp_path / f"a{trial}", trial)
+        (folder / "adapter_model.safetensors").write_bytes(os.urandom(16 << 20))
+        reg = Registry(tmp_path / f"r{trial}")
+        race(tmp_path, reg, [("register", str(folder)), ("register", str(folder))])
+        assert [e.action for e in reg.events()] == ["register", "register"]
+        assert len({e.version for e in reg.events()}) == 1
+        assert not [p for p in (reg.root / "versions").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_promote_refuses_a_blank_override_and_an_unwritable_gates_folder_before_any_flow(tmp_path) -> None:
+    """Before: `--override "   "` and a file named gates printed a Prefect traceback from inside the flow."""
+    reg, _ = registry_with(tmp_path, 1, promoted=0)
+    evals = ["--baseline-eval", str(tmp_path / "no-base"), "--candidate-eval", str(tmp_path / "no-cand")]
+    one_line(cli("promote", "--registry", str(reg.root), *evals, "--override", "   "),
+             "--override needs a reason: it goes into the audit log")
+    (reg.root / "gates").write_text("x")
+    one_line(cli("promote", "--registry", str(reg.root), *evals), f"--registry {reg.root / 'gates'} is a file")
