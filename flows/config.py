@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from flywheel.schemas import Thresholds
-from flywheel.schemas.records import MAX_SEED
+from flywheel.schemas.records import MAX_SEED, folder_name
 from flywheel.tasks.data.dedupe import MAX_NGRAM
 from flywheel.tasks.data.seeds import SEEDS_DIR
 from flywheel.tasks.training.replay import FOCUS_HELP
@@ -69,6 +69,11 @@ class GenerateConfig(BaseModel):
     parents: tuple[str, ...] = ()
     seeds_dir: str = str(SEEDS_DIR)
     cache_dir: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        return None if name is None else folder_name(name)  # the version lands in OUT/<name>/
 
     @model_validator(mode="after")
     def _check(self) -> GenerateConfig:

@@ -2,17 +2,22 @@
 verifiers -> failure buckets -> new held-out regression tasks -> a new dataset version.
 
 Contract: reads the trajectories (a bad line fails the run before anything is written; ``flywheel ingest`` parses
-them and ``IngestConfig`` checks the dataset's files against its manifest and its env before the flow starts),
-re-scores each one (tasks/ingest.py), turns failures into held-out tasks, drops those already in the dataset
-(same task id), near duplicates of each other or of existing held-out tasks, and those contaminated by train
-(n-gram overlap or MinHash near-duplicate, as the split stage checks), then publishes train unchanged and
-held-out = old + new as a new version of the same dataset (atomic; parent = the input version), so the next gate
-includes them. Every trajectory lands in OUT/ingest-<version>/trajectories.parquet with its bucket; nothing is
-dropped silently.
+them and ``IngestConfig`` checks the dataset before the flow starts: its files against its manifest, the manifest's
+``name`` against the folder the version lies in and its ``env`` against its rows' (a manifest is not hashed: an
+edited one could otherwise publish anywhere, or mix envs), and that the record folder can be written), re-scores
+each one (tasks/ingest.py), turns failures into held-out tasks, drops those already in the dataset (same task id),
+near duplicates of each other or of existing held-out tasks, and those contaminated by train (n-gram overlap or
+MinHash near-duplicate, as the split stage checks), then publishes train unchanged and held-out = old + new as a new
+version of the same dataset, beside the input (atomic; parent = the input version), so the next gate includes them.
+Every trajectory lands in ``record_dir(config)``/trajectories.parquet with its bucket, beside the versions:
+``ingest-<input version>-<hash of the trajectories file and threshold>``, so no ingest overwrites another's record
+(a rerun of the same ingest rewrites its own); nothing is dropped silently.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,8 +46,10 @@ SCORED_SCHEMA = {"trajectory": pl.String, "env": pl.String, "bucket": pl.String,
 
 
 class IngestConfig(BaseModel):
-    """Checked up front: the dataset is intact and of an env ingest supports, so an expected error is one line
-    before the flow starts (not a flow run's traceback). ``flywheel ingest`` also parses the trajectories first."""
+    """Checked up front: the dataset is intact and of an env ingest supports, its manifest names the folder it lies in
+    and the env its rows hold, and the new version and the record can be written there, so an expected error is one
+    line before the flow starts (not a flow run's traceback, not after publishing). ``flywheel ingest`` also parses
+    the trajectories first."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -57,12 +64,43 @@ class IngestConfig(BaseModel):
             raise ValueError(f"--dataset {src} is not a published version folder (no manifest.json); pass "
                              "OUT/NAME/VERSION as printed by `flywheel generate`")
         manifest = read_manifest(src)
+        folder = src.resolve().parent
+        if manifest.name != folder.name:  # the new version is published beside this one, never where a file says
+            raise ValueError(f"--dataset {src}: manifest.json names the dataset {manifest.name!r} but the version "
+                             f"lies in {folder.name!r}: the manifest was edited (or the version moved); pass a "
+                             "version as `flywheel generate` published it, OUT/NAME/VERSION")
         if manifest.env not in SUPPORTED_ENVS:
             raise ValueError(f"--dataset {src} is a {manifest.env} dataset; "
                              f"ingest supports {', '.join(SUPPORTED_ENVS)}")
-        for split in ("train", "heldout", "rejected"):
-            verified_file(src, f"{split}.parquet", manifest)
+        for split in ("train", "heldout"):
+            other = sorted(set(read_split(src, split, ["env"], manifest)["env"]) - {manifest.env})
+            if other:
+                raise ValueError(f"--dataset {src}: manifest.json says env {manifest.env!r} but {split}.parquet "
+                                 f"holds {', '.join(map(repr, other))} rows: the manifest was edited; regenerate the "
+                                 "dataset")
+        verified_file(src, "rejected.parquet", manifest)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"--dataset {src}: cannot create files in {folder}, where the new version and the "
+                             "ingest record go (permission denied or read-only); copy the dataset somewhere writable")
+        if Path(self.trajectories).is_file():  # a missing file is read_trajectories' one-line error
+            record = record_dir(self)
+            if record.exists() and not record.is_dir():
+                raise ValueError(f"{record} is a file where this ingest's record folder goes; move it away")
+            for name in ("trajectories.parquet", "report.md"):
+                if (record / name).is_dir():
+                    raise ValueError(f"{record / name} is a folder where this ingest's record goes; move it away")
         return self
+
+
+def record_dir(config: IngestConfig) -> Path:
+    """Where an ingest's record goes: beside the versions, named after its inputs (the input version, the
+    trajectories file's bytes and the threshold), so no other ingest writes there."""
+    src = Path(config.dataset).resolve()
+    h = hashlib.sha256(f"{config.threshold!r}\n".encode())
+    with Path(config.trajectories).open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return src.parent / f"ingest-{src.name}-{h.hexdigest()[:12]}"
 
 
 def _new_rows(scored: list[dict[str, Any]], heldout: pl.DataFrame, train: pl.DataFrame,
@@ -98,10 +136,10 @@ def rescore_all(config: IngestConfig, env: str) -> list[dict[str, Any]]:
     return [rescore(t, catalog, env) for t in trajectories]
 
 
-def _markdown(version: str, scored: pl.DataFrame, added: int) -> str:
+def _markdown(source: str, version: str, scored: pl.DataFrame, added: int) -> str:
     counts = Counter(scored["bucket"])
-    lines = [f"# Ingest -> {version}", "", f"{scored.height} trajectories re-scored; {added} new held-out regression "
-             "tasks.", "", "| bucket | trajectories |", "|---|---:|"]
+    lines = [f"# Ingest {source} -> {version}", "", f"{scored.height} trajectories re-scored; {added} new held-out "
+             "regression tasks.", "", "| bucket | trajectories |", "|---|---:|"]
     lines += [f"| {b} | {n} |" for b, n in sorted(counts.items())]
     lines += ["", "| what became of a failure | trajectories |", "|---|---:|"]
     kept = Counter(k.split(":")[0] for k in scored["kept"] if k)
@@ -112,7 +150,8 @@ def _markdown(version: str, scored: pl.DataFrame, added: int) -> str:
 
 @flow(name="ingest-trajectories")
 def ingest_trajectories(config: IngestConfig) -> IngestResult:
-    src = Path(config.dataset)
+    src = Path(config.dataset).resolve()  # IngestConfig checked that the manifest's name is this folder's parent's
+    out = record_dir(config)
     manifest = read_manifest(src)
     train, heldout = read_split(src, "train", manifest=manifest), read_split(src, "heldout", manifest=manifest)
     scored = rescore_all(config, manifest.env)
@@ -127,10 +166,9 @@ def ingest_trajectories(config: IngestConfig) -> IngestResult:
               "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "params": {**manifest.params, "ingest": {"trajectories": str(Path(config.trajectories).resolve()),
                                                        "threshold": config.threshold, "added": len(rows)}}}
-    version = publish(src.parent.parent, manifest.name, frames, fields) if rows else src
-    out = version.parent / f"ingest-{version.name}"
+    version = publish(src.parent.parent, src.parent.name, frames, fields) if rows else src
     write_rows(frame, out / "trajectories.parquet", SCORED_SCHEMA)
-    text = _markdown(version.name, frame, len(rows))
+    text = _markdown(src.name, version.name, frame, len(rows))
     write_text_atomic(out / "report.md", text)
     create_markdown_artifact(key="ingest", markdown=text, description="production trajectories re-scored")
     link_artifacts("ingest", {"report": out / "report.md", "version": version / "manifest.json"})

@@ -20,6 +20,7 @@ import json
 import re
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SafetyClass = Literal["read", "write", "destructive"]
@@ -36,6 +37,46 @@ def canonical_json(value: Any) -> str:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"not JSON: duplicate key {json.dumps(key)[:80]} in one object; keep one of them")
+    return obj
+
+
+def strict_json(line: bytes) -> Any:
+    """One JSON text (a JSONL line) parsed strictly, RFC 8259 in UTF-8: not UTF-8, NaN or Infinity, a lone surrogate
+    escape (``"\\ud800"``), a number out of double range, a duplicate key or more than 1024 levels of nesting is a
+    ValueError that says what is wrong and how to fix it."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1}); "
+                         "re-encode the file as UTF-8") from None
+    try:
+        value = orjson.loads(text)  # refuses NaN, Infinity, lone surrogates and numbers out of double range
+    except orjson.JSONDecodeError as exc:
+        hint = "; NaN and Infinity are not JSON: write null or a string" if any(
+            w in text for w in ("NaN", "Infinity")) else ""
+        where = re.sub(r"line 1 column (\d+) \(char \d+\)", r"column \1", str(exc))  # the line is one line
+        raise ValueError(f"not JSON: {where}{hint}") from None
+    try:
+        json.loads(text, object_pairs_hook=_unique_keys)  # orjson keeps the last of duplicate keys silently
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply to parse; flatten it") from None
+    return value
+
+
+def folder_name(name: str) -> str:
+    """``name`` when it is one folder name (what ``DIR/<name>/`` may be); ValueError otherwise: a dataset name
+    becomes a folder, so '..', a '/' or a NUL would put it somewhere else."""
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise ValueError(f"{name!r} is not a folder name: use letters, digits, '-', '_' or '.', without '/'")
+    return name
 
 
 class Record(BaseModel):
@@ -213,7 +254,7 @@ class Rollout(Record):
 
 
 class DatasetManifest(Record):
-    name: str
+    name: str  # the folder the versions lie in: DIR/<name>/<version>/
     version: str
     env: str
     content_hash: str
@@ -227,3 +268,8 @@ class DatasetManifest(Record):
     seeds_hash: str
     parents: tuple[str, ...] = ()
     created_at: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return folder_name(name)

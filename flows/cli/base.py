@@ -7,11 +7,11 @@ processed and every bad line was reported with its number.
 
 Input JSONL (score, profile-reward, dedupe) is read as bytes and parsed with
 orjson, strictly: a line that is not UTF-8, holds a lone surrogate escape
-(``"\\ud800"``) or NaN/Infinity, or a number out of double range, is a
-malformed line; the output is strict JSON (orjson), never NaN or Infinity.
-Every option is checked (bounds, files read, --output usable) before any work,
-so an expected error never comes after minutes of work or inside a flow's
-traceback.
+(``"\\ud800"``) or NaN/Infinity, a number out of double range or a duplicate
+key, is a malformed line; the output is strict JSON (orjson), never NaN or
+Infinity. Every option is checked (bounds, files read, --output usable and not
+the input) before any work, so an expected error never comes after minutes of
+work or inside a flow's traceback.
 """
 
 from __future__ import annotations
@@ -135,10 +135,16 @@ def with_progress(run: Callable[[], Any]) -> Any:
             set_progress(None)
 
 
-def check_output(path: Path, option: str, folder_wanted: bool = False) -> None:
+def check_output(path: Path, option: str, folder_wanted: bool = False,
+                 inputs: tuple[tuple[str, Path], ...] = ()) -> None:
     """Fail before any work when ``path`` cannot become a file (or, ``folder_wanted``, a folder): a folder where a
-    file goes or a file where a folder goes, or a folder this process may not create files in (tasks.files still
-    guards the write itself). Raises ValueError."""
+    file goes or a file where a folder goes, a folder this process may not create files in (tasks.files still
+    guards the write itself), or one of the command's ``inputs`` (option, path): writing it would destroy what is
+    being read. Raises ValueError."""
+    for name, source in inputs:
+        if path.exists() and source.exists() and os.path.samefile(path, source):  # links and hard links too
+            raise ValueError(f"{option} {path} is the same file as {name} {source}: writing it would overwrite the "
+                             f"input; choose another {option}")
     if folder_wanted and path.exists() and not path.is_dir():
         raise ValueError(f"{option} {path} is a file; name a folder")
     if not folder_wanted and path.is_dir():
@@ -155,9 +161,8 @@ def check_output(path: Path, option: str, folder_wanted: bool = False) -> None:
                          "choose a path you can write")
 
 
-def output_or_fail(path: Path, option: str) -> None:
+def output_or_fail(path: Path, option: str, inputs: tuple[tuple[str, Path], ...] = ()) -> None:
     try:
-        check_output(path, option)
+        check_output(path, option, inputs=inputs)
     except ValueError as exc:
         fail(str(exc))
-

@@ -103,7 +103,7 @@ def dedupe(
         params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
     except ValueError as exc:
         fail(f"--{explain(exc)}")
-    output_or_fail(output, "--output")
+    output_or_fail(output, "--output", inputs=(("--input", input),))
     rows = read_jsonl(input)
     records, bad = [], []
     for lineno, line in rows:

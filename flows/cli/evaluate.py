@@ -124,7 +124,7 @@ def score(
 ) -> None:
     """Score completions with a verifier. Exit 2 if some lines were malformed (reported by line number)."""
     module = _verifier(verifier, judge_url, judge_model)
-    output_or_fail(output, "--output")
+    output_or_fail(output, "--output", inputs=(("--input", input),))
     out, bad, total = _score_lines(module, input)
     write_atomic(output, [orjson.dumps(r).decode() + "\n" for r in out])
     err.print(f"scored {len(out)} lines -> {output}", highlight=False, markup=False, soft_wrap=True)
@@ -137,7 +137,7 @@ def profile_reward(
     input: Path = typer.Option(..., "--input", help='Rollouts JSONL: {"task": <Task JSON>, "completion": "<text>"} '
                                                     "per line."),
     report: Path = typer.Option(None, help="Markdown report path (default: INPUT with .profile.md)."),
-    samples: int = typer.Option(3, help="Sample outputs shown per score band."),
+    samples: int = typer.Option(3, min=0, max=1000, help="Sample outputs shown per score band."),
     judge_url: str = JUDGE_URL,
     judge_model: str = JUDGE_MODEL,
 ) -> None:
@@ -148,11 +148,13 @@ def profile_reward(
 
     module = _verifier(verifier, judge_url, judge_model)
     target = report or input.with_suffix(".profile.md")
-    output_or_fail(target, "--report")
+    output_or_fail(target, "--report", inputs=(("--input", input),))
     scored, bad, total = _score_lines(module, input)
-    text = profile_markdown(scored, verifier, samples)
+    if not total:
+        fail(f"--input {input} has no rollouts (no non-blank line); profile a JSONL of "
+             '{"task": <Task JSON>, "completion": "<text>"} lines')
+    text = profile_markdown(scored, verifier, samples)  # model output's control characters escaped (_cell)
     write_atomic(target, [text])
     Console().print(Markdown(text))
     err.print(f"report -> {target}", highlight=False, markup=False, soft_wrap=True)
     report_bad(bad, total)
-

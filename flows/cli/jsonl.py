@@ -3,14 +3,13 @@ written atomically, malformed lines reported (exit 2)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.markup import escape
 
 from flywheel.flows.cli.base import err, explain, fail
+from flywheel.schemas.records import strict_json
 
 
 def read_jsonl(path: Path) -> list[tuple[int, bytes]]:
@@ -28,19 +27,9 @@ def read_jsonl(path: Path) -> list[tuple[int, bytes]]:
 
 
 def parse_line(line: bytes) -> Any:
-    """One JSONL line as strict JSON (RFC 8259 in UTF-8); ValueError with what is wrong and how to fix it."""
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1}); "
-                         "re-encode the file as UTF-8") from None
-    try:
-        return orjson.loads(text)  # refuses NaN, Infinity, lone surrogates (\ud800) and numbers out of double range
-    except orjson.JSONDecodeError as exc:
-        hint = "; NaN and Infinity are not JSON: write null or a string" if any(
-            w in text for w in ("NaN", "Infinity")) else ""
-        where = re.sub(r"line 1 column (\d+) \(char \d+\)", r"column \1", str(exc))  # the line is one line
-        raise ValueError(f"not JSON: {where}{hint}") from None
+    """One JSONL line as strict JSON (RFC 8259 in UTF-8, no duplicate keys); ValueError with what is wrong and how
+    to fix it (``schemas.records.strict_json``, which ``flywheel ingest`` uses too)."""
+    return strict_json(line)
 
 
 def write_atomic(path: Path, lines: list[str]) -> None:

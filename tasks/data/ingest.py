@@ -3,14 +3,19 @@
 Contract:
 - ``read_trajectories(path)`` parses JSONL in the OpenAI chat format (one trajectory per line: ``id``, ``env``,
   ``messages`` with ``tool_calls`` and ``tool`` observations, ``outcome``, ``interventions``) and fails with the
-  line number and the field on the first bad line: nothing is ingested from a half-understood file.
+  line number and the field on the first bad line: nothing is ingested from a half-understood file. Lines are
+  strict JSON (``schemas.records.strict_json``, as ``flywheel score`` reads them: no NaN, Infinity, out-of-range
+  number or duplicate key) validated strictly (``"yes"`` is not a boolean), and at most ``MAX_LINE_BYTES`` each
+  (the workplace verifier scores at most 1 MiB of episode): a longer line is refused before it is read whole.
 - ``rescore(trajectory, tools)`` scores the agent's first action with the current verifier. The expected
   call comes from a human correction (an intervention with ``tool_calls``) or, when the outcome says success and
   nobody intervened, from the agent's own call. Without either there is nothing to score against: bucket
   ``no_reference``. Buckets: ``passed``, a verifier failure class, ``no_reference``, ``unknown_tool``,
   ``invalid_reference`` (the corrected call does not itself score 1.0, e.g. breaks the tool's schema),
-  ``unsupported_env``, ``other_env`` (not the dataset's env); ``disagrees`` marks a verifier pass on a failed
-  outcome (a verifier gap to look at).
+  ``unsupported_env``, ``other_env`` (not the dataset's env), ``too_large`` (a user request longer than a
+  generated task's prompt may be, ``MAX_PROMPT_CHARS``); ``disagrees`` marks a verifier pass on a failed outcome
+  (a verifier gap to look at). A crafted call (arguments that are not a JSON object, nested deeper than
+  ``ingest_episodes.MAX_ARGS_DEPTH``, a number too long) is a bucketed row, never a crashed ingest.
 - A scored failure becomes a held-out regression Task: the user's request, the env's system prompt (as seeds render
   it), the catalog's tools named in the trajectory, the corrected call as reference.
 - Multi-step envs (workplace): the whole episode is replayed and scored, see ``ingest_episodes.py``.
@@ -24,13 +29,15 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec, canonical_json
-from flywheel.schemas.records import Record
+from flywheel.schemas.records import Record, strict_json
 from flywheel.tasks.data.ingest_episodes import rescore_episode, scored, tool_call, tool_names
+from flywheel.tasks.data.quality import MAX_PROMPT_CHARS
 from flywheel.tasks.data.seeds import first_error
 from flywheel.verifiers import get_verifier
 from flywheel.verifiers.envs import env_names, get_env
 
 SUPPORTED_ENVS = tuple(name for name in env_names() if get_env(name).ingest)  # the spec's ``ingest``
+MAX_LINE_BYTES = 1 << 20  # the workplace verifier's cap on an episode (MAX_CHARS); a tool_call line is a few KB
 
 
 class Outcome(Record):
@@ -66,17 +73,25 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     if not path.is_file():
         raise IngestError(f"--trajectories {path}: no such file (JSONL, one OpenAI-format trajectory per line)")
     out, seen = [], set()
-    for n, line in enumerate(path.read_bytes().splitlines(), 1):  # bytes: bad UTF-8 is reported with its line
-        if not line.strip():
-            continue
-        try:
-            traj = Trajectory.model_validate_json(line)
-        except ValidationError as exc:
-            raise IngestError(f"{path}:{n}: {first_error(exc)}") from None
-        if traj.id in seen:
-            raise IngestError(f"{path}:{n}: trajectory id {traj.id!r} appears twice; ids must be unique")
-        seen.add(traj.id)
-        out.append(traj)
+    with path.open("rb") as f:  # bytes: bad UTF-8 is reported with its line; a line over the cap is never read whole
+        for n, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            line = line.rstrip(b"\r\n")
+            if len(line) > MAX_LINE_BYTES:
+                raise IngestError(f"{path}:{n}: the line is longer than {MAX_LINE_BYTES:,} bytes, the most one "
+                                  "trajectory may take; trim it (its state, its observations) or leave it out")
+            if not line.strip():
+                continue
+            try:
+                strict_json(line)
+                traj = Trajectory.model_validate_json(line, strict=True)
+            except ValidationError as exc:
+                raise IngestError(f"{path}:{n}: {first_error(exc)}") from None
+            except ValueError as exc:
+                raise IngestError(f"{path}:{n}: {exc}") from None
+            if traj.id in seen:
+                raise IngestError(f"{path}:{n}: trajectory id {traj.id!r} appears twice; ids must be unique")
+            seen.add(traj.id)
+            out.append(traj)
     if not out:
         raise IngestError(f"{path} has no trajectories")
     return out
@@ -112,9 +127,13 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = No
         return row | {"bucket": "unsupported_env", "detail": f"ingest supports {SUPPORTED_ENVS}"}
     if env is not None and traj.env != env:
         return row | {"bucket": "other_env", "detail": f"a {traj.env} trajectory; this dataset is {env}"}
+    user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
+    if user is not None and len(user) > MAX_PROMPT_CHARS:  # it would be a held-out task's prompt
+        return row | {"bucket": "too_large", "detail": f"the user request has {len(user):,} characters; a regression "
+                                                       f"task's prompt holds at most {MAX_PROMPT_CHARS:,}, as a "
+                                                       "generated task's (the quality suite's max_prompt_chars)"}
     if get_env(traj.env).multi_turn:  # an episode: replayed whole (ingest_episodes.py)
         return rescore_episode(traj, catalog, row)
-    user = next((m.content for m in traj.messages if m.role == "user" and m.content), None)
     try:
         action, calls = agent_completion(traj), expected_calls(traj)
     except ValueError as exc:  # pydantic's ValidationError and JSONDecodeError are ValueErrors
@@ -130,9 +149,12 @@ def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = No
     if unknown:
         return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}
     messages = (Message(role="system", content=get_env(traj.env).system_prompt), Message(role="user", content=user))
-    task = Task(env=traj.env, messages=messages,
-                tools=tuple(catalog[n] for n in names), reference=Reference(calls=calls),
-                meta=TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression"))
+    try:
+        task = Task(env=traj.env, messages=messages,
+                    tools=tuple(catalog[n] for n in names), reference=Reference(calls=calls),
+                    meta=TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression"))
+    except ValueError as exc:  # pydantic's ValidationError: the corrected calls cannot make a task
+        return row | {"bucket": "invalid_reference", "detail": f"the expected calls make no task: {exc}"[:300]}
     verifier = get_verifier(traj.env)
     own = verifier.verify(task, canonical_json({"tool": calls[0].tool, "args": calls[0].args}))
     if own.reward != 1.0:  # a correction the verifier itself rejects would make an unpassable task

@@ -23,15 +23,35 @@ from typing import Any
 from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec
 from flywheel.verifiers.envs import get_env
 
+MAX_ARGS_DEPTH = 64  # the tool_call verifier's bound on a call's nesting; a task must serialize (pydantic: ~250)
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value, counted without recursion (any depth is safe)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list | tuple):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
 
 def tool_call(tc: Any) -> ToolCall:
     """An OpenAI tool call (``{"function": {"name", "arguments": JSON object text}}``) as a ToolCall; anything else
-    raises ValueError saying what is wrong (a crafted line is a bucketed row, never a crashed ingest)."""
+    (arguments that are not a JSON object, nested deeper than ``MAX_ARGS_DEPTH``, a number too long to read) raises
+    ValueError saying what is wrong (a crafted line is a bucketed row, never a crashed ingest)."""
     fn = tc.get("function", tc) if isinstance(tc, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise ValueError(f"not an OpenAI tool call (no function name): {json.dumps(tc, default=str)[:120]}")
     args = fn.get("arguments", {})
-    return ToolCall(tool=fn["name"], args=json.loads(args) if isinstance(args, str) else args)
+    try:
+        args = json.loads(args) if isinstance(args, str) else args
+    except RecursionError:  # json's C parser recurses: a string of 100,000 brackets
+        raise ValueError(f"arguments nested deeper than {MAX_ARGS_DEPTH} levels") from None
+    if json_depth(args) > MAX_ARGS_DEPTH:
+        raise ValueError(f"arguments nested deeper than {MAX_ARGS_DEPTH} levels")
+    return ToolCall(tool=fn["name"], args=args)
 
 
 def tool_names(tools: Any, calls: Any) -> list[str]:

@@ -32,6 +32,7 @@ import polars as pl
 from pydantic import ValidationError
 
 from flywheel.schemas import DatasetManifest
+from flywheel.schemas.records import folder_name
 from flywheel.tasks.files import share_tree
 
 DATA_FILES = ("train.parquet", "heldout.parquet")
@@ -91,8 +92,9 @@ def _locked_temp(root: Path) -> tuple[Path, int]:
 
 def publish(out_dir: Path, name: str, frames: dict[str, pl.DataFrame], manifest_fields: dict[str, Any],
             extra_json: dict[str, Any] | None = None) -> Path:
-    """Write frames (train, heldout, rejected) plus manifest.json; return the version folder."""
-    root = out_dir / name
+    """Write frames (train, heldout, rejected) plus manifest.json; return the version folder, ``out_dir/name/v-...``
+    (``name`` one folder name: never a path that leaves ``out_dir``)."""
+    root = out_dir / folder_name(name)
     root.mkdir(parents=True, exist_ok=True)
     tmp, lock = _locked_temp(root)
     share_tree(tmp)  # mkdtemp makes it private; a published version gets the umask's modes like any new folder
@@ -132,7 +134,8 @@ def read_manifest(version_dir: Path) -> DatasetManifest:
         raise ValueError(f"{path} is not UTF-8 text; republish the version with `flywheel generate`") from None
     except ValidationError as err:
         e = err.errors()[0]
-        raise ValueError(f"{path} is not a dataset manifest ({'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}); "
+        raise ValueError(f"{path} is not a dataset manifest ({'.'.join(map(str, e['loc'])) or 'record'}: "
+                         f"{e['msg'].removeprefix('Value error, ')}); "
                          "republish the version with `flywheel generate`") from None
 
 

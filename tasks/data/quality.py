@@ -24,13 +24,15 @@ from typing import Any
 
 import polars as pl
 
+MAX_PROMPT_CHARS = 2000  # a task's request; ingest holds production requests to it too
+
 
 @dataclass(frozen=True)
 class QualityParams:
     envs: tuple[str, ...]
     tools: tuple[str, ...]
     min_prompt_chars: int = 10
-    max_prompt_chars: int = 2000
+    max_prompt_chars: int = MAX_PROMPT_CHARS
     max_tool_share: float = 0.25
 
 

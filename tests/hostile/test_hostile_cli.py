@@ -268,7 +268,7 @@ def test_ingest_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
     cases = [([str(tmp_path / "missing.jsonl"), str(tool)],
               f"error: --trajectories {tmp_path / 'missing.jsonl'}: no such file"),
              ([str(trajectories), str(tool)],
-              f"error: {trajectories}:2: <record>: Invalid JSON: invalid unicode code point"),
+              f"error: {trajectories}:2: not UTF-8 (byte 0xff at column 10); re-encode the file as UTF-8"),
              ([str(trajectories), str(tmp_path)], f"error: --dataset {tmp_path} is not a published version folder "
                                                   "(no manifest.json)")]
     for (src, dataset), message in cases:
