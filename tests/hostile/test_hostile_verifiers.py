@@ -183,7 +183,7 @@ def test_math_answers_that_compute_for_minutes_hit_the_time_bound(answer: str) -
     assert verdicts[0].model_dump() == {
         "reward": 0.0, "valid": True, "failure_class": "timeout", "components": {"correct": 0.0},
         "details": f"answer {answer!r}: exceeded the time bound (2 s CPU, 8 s wall)", "verifier": "math",
-        "verifier_version": "1.1.0"}
+        "verifier_version": "1.2.0"}
     assert _math("\\boxed{3}").reward == 1.0  # the killed worker was replaced
 
 
@@ -290,6 +290,7 @@ def test_a_caller_with_wait_s_gets_busy_instead_of_waiting_for_a_worker() -> Non
 def test_a_math_wall_bound_is_not_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
     """A wall-clock bound depends on the machine's load: the same answer on a quiet machine must be scored."""
     math_verifier._cacheable_compare.cache_clear()
+    math_verifier._readable_reference.cache_clear()
     completion = "\\boxed{(x+1)^3}"  # sympy's simplify, cold in a fresh worker: tens of milliseconds
     task = MATH_TASK.model_copy(
         update={"reference": MATH_TASK.reference.model_copy(update={"answer": "x^3+3x^2+3x+1"})})

@@ -11,8 +11,15 @@ Contract:
 - Untrusted text never reaches ``eval`` unchecked: only digits, letters from a
   whitelist of names, operators and parentheses are parsed, at most 200
   characters, and powers with exponents above 10,000 are refused.
+- Two exact numbers (integers, fractions) must be equal, not merely within the
+  tolerance: 12345670 is not 12345678.
 - Reward 1.0 when equivalent, else 0.0 (``wrong_answer``). The reference is
-  ``task.reference.answer``.
+  ``task.reference.answer``; it must itself be readable as above and within the
+  bounds (checked once per reference, in its own bounded call), else the task
+  cannot be scored: valid=False ``verifier_error`` for every completion, and
+  generation rejects the task (its reference completion does not score 1.0).
+- The answer-line pattern is linear in the completion's length (no stall before
+  the bounded worker is reached).
 - Bounds per completion: the answers are compared in a worker process (``verifiers.bounds``) with at most
   ``LIMITS.cpu_s`` CPU seconds, ``LIMITS.wall_s`` seconds of wall clock and ``LIMITS.memory_bytes`` of memory
   (``\\boxed{pi.n(1000000)}`` would otherwise compute for a minute, larger N for hours). A completion that
@@ -41,7 +48,7 @@ from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
 
 NAME = "math"
-VERSION = "1.1.0"  # 1.1: too_large and timeout (bounded sympy work)
+VERSION = "1.2.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers
 REL_TOL = 1e-6
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
 LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("flywheel.verifiers.envs.math.math",))
@@ -49,7 +56,7 @@ NAMES = {"sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo, "sin": sympy.sin, "
          "log": sympy.log, "ln": sympy.log, "exp": sympy.exp, "e": sympy.E}
 _TRANSFORMS = standard_transformations + (implicit_multiplication_application, convert_xor)
 _SAFE = re.compile(r"^[0-9a-z+\-*/().,\s^]*$")
-_ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.I | re.M)
+_ANSWER_LINE = re.compile(r"^[ \t]*(?:final[ \t]+)?answer[ \t]*[:：][ \t]*(.+?)[ \t\r]*$", re.I | re.M)  # linear
 _GLOBALS: dict[str, Any] = {}
 exec("from sympy import *", _GLOBALS)  # the names parse_expr's generated code refers to (Integer, Symbol, ...)
 
@@ -115,8 +122,8 @@ def _check_powers(expr: sympy.Basic) -> None:
     for node in sympy.preorder_traversal(expr):
         if isinstance(node, sympy.Pow) and node.exp.is_number and abs(sympy.N(node.exp, 15)) > 10_000:
             raise Unparsable("exponent too large")
-    if not expr.free_symbols and abs(sympy.N(expr, 15)) > 1e300:
-        raise Unparsable("number too large")
+    if not expr.free_symbols and sympy.N(expr, 15).is_finite is not False and abs(sympy.N(expr, 15)) > 1e300:
+        raise Unparsable("number too large")  # oo and -oo are answers (a limit), not large numbers
 
 
 @lru_cache(maxsize=65536)
@@ -139,6 +146,9 @@ def to_expr(part: str) -> sympy.Basic:
 
 def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
     if not a.free_symbols and not b.free_symbols:
+        exact_a, exact_b = a.doit(), b.doit()
+        if exact_a.is_Rational and exact_b.is_Rational:  # integers and fractions: no tolerance
+            return bool(exact_a == exact_b)
         x, y = complex(sympy.N(a, 30)), complex(sympy.N(b, 30))
         return math.isclose(x.real, y.real, rel_tol=REL_TOL, abs_tol=1e-12) and \
             math.isclose(x.imag, y.imag, rel_tol=REL_TOL, abs_tol=1e-12)
@@ -166,6 +176,28 @@ def compare(answers: list[str], reference: str) -> tuple[bool, bool]:
     """(the boxes agree, the last one equals the reference): the sympy work, run in a bounded worker."""
     consistent = all(_safe_equivalent(other, answers[-1]) for other in answers[:-1])
     return consistent, consistent and _safe_equivalent(answers[-1], reference)
+
+
+def read_reference(reference: str) -> None:
+    """Unparsable when the reference cannot be compared: every part must parse within the bounds (run bounded)."""
+    text = latex_to_text(reference)
+    for part in text.split(","):
+        to_expr(part.strip())
+
+
+@lru_cache(maxsize=4096)
+def _readable_reference(reference: str) -> None:
+    """read_reference in its own bounded call, once per reference: an unreadable reference, or one that crosses the
+    CPU or memory bound, is the task's fault (ValueError: verifier_error), never the completion's. lru_cache keeps
+    no exception, so such a task is tried again each time, and so is a wall bound (_LoadDependent: the load's)."""
+    try:
+        bounds.run(read_reference, reference, limits=LIMITS)
+    except bounds.BoundExceeded as err:
+        if err.kind == "wall":
+            raise _LoadDependent(err.with_traceback(None)) from None
+        raise ValueError(f"the reference answer {reference[:80]!r} crosses the verifier's bound ({err})") from None
+    except bounds.WorkerError as err:
+        raise ValueError(f"the reference answer {reference[:80]!r} cannot be read ({err}): fix the task") from None
 
 
 def _bounded_compare(answers: tuple[str, ...], reference: str) -> tuple[bool, bool] | bounds.BoundExceeded:
@@ -218,7 +250,11 @@ def _score(task: Task, completion: str) -> Verdict:
         return _verdict(reward=0.0, valid=True, failure_class="no_answer",
                         details="no \\boxed{} and no 'Answer:' line")
     key = tuple(answers)
-    outcome = (_cached_compare if sum(map(len, key)) <= 4096 else _bounded_compare)(key, reference)
+    try:
+        _readable_reference(reference)
+        outcome = (_cached_compare if sum(map(len, key)) <= 4096 else _bounded_compare)(key, reference)
+    except _LoadDependent as err:  # a machine too busy to read even the reference: a timeout, as for the answer
+        outcome = err.bound
     if isinstance(outcome, bounds.BoundExceeded):
         memory = outcome.kind == "memory"  # CPU or wall: one message, so the verdict does not depend on the load
         bound = f"the {LIMITS.memory_bytes >> 20} MiB memory bound" if memory else \

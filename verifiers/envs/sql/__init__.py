@@ -57,17 +57,15 @@ def reference_completion(task: Task) -> str:
 
 
 def reference_problem(task: Task) -> tuple[str, str] | None:
-    """The reference must run and return at least one row with a non-NULL value."""
-    state = task.reference.state or {}
-    conn = engine.build(state)
+    """The reference must run, return at least one row with a non-NULL value, and have a held-back copy whose
+    result differs (else a literal answer would pass): what the verifier checks before scoring anything."""
+    import json
+
     try:
-        rows, _ = engine.run_query(conn, task.reference.answer or "", set(state))
-    except engine.QueryError as err:
-        return "bad_reference", f"reference query fails ({err.kind}): {err}"[:300]
-    finally:
-        conn.close()
-    if not any(v is not None for row in rows for v in row):
-        return "empty_reference_result", "the reference query returns no rows (or only NULLs)"
+        sql.reference_results(json.dumps(task.reference.state or {}, sort_keys=True), task.id,
+                              task.reference.answer or "")
+    except sql.ReferenceProblem as err:
+        return err.kind, str(err)[:300]
     return None
 
 

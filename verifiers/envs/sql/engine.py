@@ -4,12 +4,13 @@ Contract:
 - ``build(state)`` makes a fresh ``:memory:`` database from ``{table: {"columns": [[name, type], ...], "rows":
   [[...], ...]}}``; identifiers are double-quoted with ``"`` doubled, values bound as parameters (never spliced).
 - ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ (not of sqlite_*
-  internals but sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``) and
-  RECURSIVE: ATTACH, PRAGMA (pragma_* table functions too), writes, DDL and transactions are denied at prepare
-  time and raise ``QueryError("unsafe")``. Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs ``MAX_LENGTH``,
-  query text ``MAX_SQL``, ``MAX_STEPS`` VM steps (progress handler; deterministic, so a timeout never depends on
-  the load) backed by a ``MAX_QUERY_S`` wall deadline, at most ``MAX_ROWS`` rows and ``MAX_BYTES`` bytes fetched;
-  temp storage stays in memory. Returns the rows and whether a task table was read.
+  internals but sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``)
+  and RECURSIVE: ATTACH, PRAGMA (pragma_* table functions too), writes, DDL and transactions are denied at prepare
+  time and raise ``QueryError("unsafe")``. A query that reads the clock ('now', CURRENT_DATE/TIME/TIMESTAMP) is a
+  ``runtime_error``: its result would change with the day. Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs
+  ``MAX_LENGTH``, query text ``MAX_SQL``, ``MAX_STEPS`` VM steps (progress handler; deterministic, so a timeout
+  never depends on the load) backed by a ``MAX_QUERY_S`` wall deadline, at most ``MAX_ROWS`` rows and
+  ``MAX_BYTES`` bytes fetched; temp storage stays in memory. Returns the rows and whether a task table was read.
 - ``perturbed(state, task_id, keep)``: a held-back copy, a pure function of its arguments: rows shuffled, some
   dropped and some cloned with fresh ids, numbers and dates moved, text renamed (except strings in ``keep``,
   the reference query's literals, case-insensitively). ``same_result(a, b, ordered)`` compares result sets.
@@ -69,8 +70,20 @@ def build(state: dict[str, Any]) -> sqlite3.Connection:
     return conn
 
 
+_CLOCK = re.compile(r"\bcurrent_(?:date|time|timestamp)\b", re.I)
+
+
+def reads_the_clock(sql: str) -> bool:
+    """A date/time function of 'now' or CURRENT_DATE/TIME/TIMESTAMP: a result that changes with the day."""
+    return "now" in {s.strip() for s in string_literals(sql)} or bool(_CLOCK.search(re.sub(r"'(?:[^']|'')*'", "",
+                                                                                              sql)))
+
+
 def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[list[tuple[Any, ...]], bool]:
     """(rows, a task table was read); raises QueryError (see the module contract)."""
+    if reads_the_clock(sql):
+        raise QueryError("runtime_error", "the current date or time is not allowed (nondeterministic: the result "
+                                          "would change with the day); compare with a fixed date")
     denied: list[str] = []
     read = [False]
     lower = {t.lower() for t in tables}

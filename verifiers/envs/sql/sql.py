@@ -14,10 +14,16 @@ Contract:
   ``no_table_read``), and candidate and reference are also run on a held-back perturbed copy of the tables
   (rows dropped, cloned, shuffled, numbers, dates and names moved, derived from the task id; strings the
   reference query names are kept): both results must match, else 0.0 ``hardcoded_result``. The copy is the first
-  of a few whose reference result differs from the visible one, so a literal answer cannot match both. The
-  prompt shows only some rows, so the task is to write the query, not to recite its result.
-- The whole check runs in a bounded worker (``verifiers.bounds``: ``LIMITS``); crossing its CPU or wall bound is
-  ``timeout``, its memory bound ``too_large``. A broken reference or verifier is valid=False ``verifier_error``.
+  of ``PERTURB_ATTEMPTS`` whose reference result differs from the visible one as grading compares them (in order
+  only under a top-level ORDER BY), so a literal answer cannot match both. The prompt shows only some rows, so the
+  task is to write the query, not to recite its result.
+- The reference is checked before any completion is (``reference_results``, its own bounded call, remembered per
+  task): it must run within the bound, return a row with a non-NULL value, and have a held-back copy whose result
+  differs. Otherwise the task cannot be scored: valid=False ``verifier_error`` (a crafted task through ``flywheel
+  score``), and generation rejects it (``reference_problem``). Its cost is never charged to a completion.
+- The candidate's check runs in a bounded worker (``verifiers.bounds``: ``LIMITS``); crossing its CPU or wall bound
+  is ``timeout``, its memory bound ``too_large``. A broken verifier is valid=False ``verifier_error``. A completion
+  over ``MAX_COMPLETION`` characters is ``too_large`` before any pattern runs on it.
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ from flywheel.verifiers.common import batch_rewards, guarded_verify
 from flywheel.verifiers.envs.sql import engine
 
 NAME = "sql"
-VERSION = "1.0.0"
+VERSION = "1.1.0"  # 1.1: a reference that no held-back copy changes, or that is empty, cannot be scored
 MAX_CHARS = engine.MAX_SQL
+MAX_COMPLETION = 4 * MAX_CHARS  # a query plus the prose around its block
 PERTURB_ATTEMPTS = 4
 LIMITS = bounds.Limits(cpu_s=4, wall_s=12.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.sql.engine",))
-_FENCE = re.compile(r"```[ \t]*(?:sql|sqlite)?[ \t]*\n(.*?)```", re.S | re.I)
+_FENCE = re.compile(r"```[ \t]*(?:(?:sql|sqlite)[ \t]*)?\n(.*?)```", re.S | re.I)  # no two adjacent [ \t]*
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|\[[^\]]*\]|--[^\n]*|/\*.*?(?:\*/|$)|[();]|\w+|\S",
                      re.S)
 
@@ -91,33 +98,57 @@ def _outcome(conn_state: dict[str, Any], query: str, tables: set[str]) -> tuple[
         conn.close()
 
 
-@lru_cache(maxsize=256)
-def _reference(state_json: str, task_id: str, reference: str) -> tuple[list[Any], dict[str, Any], list[Any]]:
-    """(visible result, held-back tables, held-back result) of the reference query: computed once per task."""
+class ReferenceProblem(ValueError):
+    """The task's reference cannot grade anything: ``kind`` names why (a ``reference_problem`` reason)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def reference_results(state_json: str, task_id: str, reference: str) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """(visible result, held-back tables, held-back result) of the reference query; ReferenceProblem when it fails,
+    returns nothing but NULLs, or no held-back copy changes its result (a literal answer would then pass)."""
     import json
 
     state = json.loads(state_json)
     tables = set(state)
     status, value = _outcome(state, reference, tables)
     if status != "ok":
-        raise ValueError(f"the reference query fails ({status}): {value}")
+        raise ReferenceProblem("bad_reference", f"the reference query fails ({status}): {value}")
     visible = value[0]
-    keep = engine.string_literals(reference)
+    if not any(v is not None for row in visible for v in row):
+        raise ReferenceProblem("empty_reference_result", "the reference query returns no rows (or only NULLs)")
+    keep, ordered = engine.string_literals(reference), top_level_order_by(reference)
     for attempt in range(PERTURB_ATTEMPTS):
         held = engine.perturbed(state, task_id, keep, attempt)
         status, value = _outcome(held, reference, tables)
         if status != "ok":
-            raise ValueError(f"the reference query fails on the held-back copy ({status}): {value}")
-        if not engine.same_result(value[0], visible, ordered=True):
-            break
-    return visible, held, value[0]
+            raise ReferenceProblem("bad_reference", f"the reference query fails on the held-back copy ({status}): "
+                                                    f"{value}")
+        if not engine.same_result(value[0], visible, ordered):
+            return visible, held, value[0]
+    raise ReferenceProblem("static_reference_result", f"none of {PERTURB_ATTEMPTS} held-back copies changes the "
+                                                      "reference's result, so a literal answer would pass")
 
 
-def check(state_json: str, task_id: str, reference: str, query: str) -> tuple[str, str]:
-    """(failure class or "", details): the whole comparison, run in the bounded worker."""
+@lru_cache(maxsize=256)
+def _bounded_reference(state_json: str, task_id: str, reference: str) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """reference_results in its own bounded call, once per task: a slow reference is the task's fault, never the
+    completion's (lru_cache keeps no exception: a broken task is tried again, and is verifier_error each time)."""
+    try:
+        return bounds.run(reference_results, state_json, task_id, reference, limits=LIMITS)
+    except bounds.BoundExceeded as err:
+        raise ReferenceProblem("bad_reference", f"the reference query crosses the verifier's bound ({err})") from None
+
+
+def check(state_json: str, reference: str, query: str, ref: tuple[list[Any], dict[str, Any], list[Any]]) -> tuple[
+        str, str]:
+    """(failure class or "", details): the candidate's comparison, run in the bounded worker; ``ref`` is
+    reference_results'."""
     import json
 
-    visible, held, held_result = _reference(state_json, task_id, reference)
+    visible, held, held_result = ref
     tables = set(json.loads(state_json))
     ordered = top_level_order_by(reference)
     status, value = _outcome(json.loads(state_json), query, tables)
@@ -146,6 +177,10 @@ def _score(task: Task, completion: str) -> Verdict:
 
     if not task.reference.answer or not task.reference.state:
         raise ValueError("sql task needs reference.answer (the query) and reference.state (the tables)")
+    state_json = json.dumps(task.reference.state, sort_keys=True)
+    ref = _bounded_reference(state_json, task.id, task.reference.answer)  # ReferenceProblem: verifier_error
+    if len(completion) > MAX_COMPLETION:
+        return _verdict(0.0, "too_large", f"completion of {len(completion)} characters (bound {MAX_COMPLETION})")
     try:
         query = extract_query(completion)
     except FormatError as err:
@@ -154,9 +189,8 @@ def _score(task: Task, completion: str) -> Verdict:
         return _verdict(0.0, "too_large", f"query of {len(query)} characters (bound {MAX_CHARS})")
     if statement_count(query) > 1:
         return _verdict(-1.0, "unsafe", "more than one statement")
-    state_json = json.dumps(task.reference.state, sort_keys=True)
     try:
-        failure, details = bounds.run(check, state_json, task.id, task.reference.answer, query, limits=LIMITS)
+        failure, details = bounds.run(check, state_json, task.reference.answer, query, ref, limits=LIMITS)
     except bounds.BoundExceeded as err:
         return _verdict(0.0, "too_large" if err.kind == "memory" else "timeout", str(err))
     if failure == "unsafe":
