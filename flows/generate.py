@@ -50,7 +50,7 @@ from flywheel.flows.stages import (
 )
 from flywheel.tasks.data.dedupe import NearDupParams
 from flywheel.tasks.data.generate import reject_row
-from flywheel.tasks.data.publish import publish
+from flywheel.tasks.data.publish import publish, read_manifest
 from flywheel.tasks.data.quality import QualityParams, failed_expectations, run_suite
 from flywheel.tasks.data.seeds import env_paths
 from flywheel.tasks.data.split import contamination, split_table
@@ -148,6 +148,10 @@ def generate_rounds(config: GenerateConfig, seeds_hash: str, log: RunLog) -> tup
     """Rounds of generate -> exact dedupe -> validate -> near dedupe until n rows pass or the budget is spent.
     Returns the accepted-rows file (candidate order) and the number of candidates made."""
     cache, prior = str(config.cache_path), None
+    # parents by resolved folder and content hash: a link moved to another version, or a version rebuilt under the
+    # same path, is another input to the cache and to the manifest's lineage, never the old one's result
+    parents = tuple(str(Path(p).resolve()) for p in config.parents)
+    parent_hashes = tuple(read_manifest(Path(p)).content_hash for p in parents)
     accepted, start, acceptance = 0, 0, 1.0
     while accepted < config.n and start < config.candidate_budget:
         stop = start + _round_size(config.n - accepted, config.candidate_budget - start, acceptance)
@@ -155,8 +159,8 @@ def generate_rounds(config: GenerateConfig, seeds_hash: str, log: RunLog) -> tup
                         config.backend, config.model, config.base_url, config.partition_size)
         exact = log.stage(exact_stage, cache, gen.kept, prior, config.seeds_dir, config.env)
         val = log.stage(validate_stage, cache, exact.kept, config.partition_size)
-        near = log.stage(neardup_stage, cache, val.kept, prior, config.parents, config.seeds_dir, config.env,
-                         config.threshold, config.ngram, config.unit, config.partition_size)
+        near = log.stage(neardup_stage, cache, val.kept, prior, parents, parent_hashes, config.seeds_dir,
+                         config.env, config.threshold, config.ngram, config.unit, config.partition_size)
         for stage, res in (("generate", gen), ("exact_dedupe", exact), ("validate", val), ("near_dedupe", near)):
             log.add(stage, res)
         prior, accepted = near.kept, near.accepted_total or 0
@@ -209,7 +213,8 @@ def generate_dataset(config: GenerateConfig) -> GenerateResult:
         "env": config.env, "counts": counts, "stage_counts": log.stage_counts, "reject_reasons": reasons,
         "params": config.model_dump(mode="json", exclude={"out", "cache_dir", "workers", "dask_address", "seeds_dir"}),
         "run_seed": config.seed, "code_version": code_version(), "seeds_hash": seeds_hash,
-        "parents": tuple(config.parents), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "parents": tuple(str(Path(p).resolve()) for p in config.parents),  # the folders, links resolved
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     version_dir = publish_stage(config.out, config.dataset_name, split.train, split.heldout,
                                 log.reject_files, manifest, quality.result)

@@ -162,8 +162,10 @@ def reference_texts(seeds_dir: str, env: str, prior: str | None,
 
 
 @task(name="near-dedupe", cache_policy=CACHE, persist_result=True)
-def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, ...], seeds_dir: str, env: str,
-                  threshold: float, ngram: int, unit: str, partition_size: int) -> StageResult:
+def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, ...], parent_hashes: tuple[str, ...],
+                  seeds_dir: str, env: str, threshold: float, ngram: int, unit: str,
+                  partition_size: int) -> StageResult:
+    """``parent_hashes``: the parents' content hashes, so the cached result is keyed by what they hold."""
     t0 = time.perf_counter()
     params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
     rows = read_rows(path)
@@ -182,6 +184,7 @@ def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, 
             reason = "near_duplicate_of_reference" if dup and dup.startswith("ref:") else "near_duplicate"
             rejects.append(reject_row(row, "near_dedupe", reason, f"Jaccard {sim:.3f} with {dup} (cluster {cluster})"))
     accepted = read_rows(prior) + kept  # rows accepted in earlier rounds come first: candidate order
-    key = {"path": path, "prior": prior, "parents": parents, "t": threshold, "n": ngram, "u": unit}
+    key = {"path": path, "prior": prior, "parents": parents, "hashes": parent_hashes, "t": threshold, "n": ngram,
+           "u": unit}
     out = _result(accepted, rejects, stage_path(Path(cache), "neardup", key), t0, work, ACCEPTED_SCHEMA, len(accepted))
     return out.model_copy(update={"counts": {"in": len(rows), "kept": len(kept), "rejected": len(rejects)}})

@@ -17,6 +17,7 @@ work or inside a flow's traceback.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -135,12 +136,26 @@ def with_progress(run: Callable[[], Any]) -> Any:
             set_progress(None)
 
 
+def published_version(path: Path) -> Path | None:
+    """The published dataset version folder (``v-`` and 12 hex digits, holding manifest.json) that ``path`` is or
+    lies in, links resolved; None when it is in none."""
+    resolved = path.resolve()
+    for folder in (resolved, *resolved.parents):
+        if re.fullmatch(r"v-[0-9a-f]{12}", folder.name) and (folder / "manifest.json").is_file():
+            return folder
+    return None
+
+
 def check_output(path: Path, option: str, folder_wanted: bool = False,
                  inputs: tuple[tuple[str, Path], ...] = ()) -> None:
     """Fail before any work when ``path`` cannot become a file (or, ``folder_wanted``, a folder): a folder where a
     file goes or a file where a folder goes, a folder this process may not create files in (tasks.files still
     guards the write itself), or one of the command's ``inputs`` (option, path): writing it would destroy what is
     being read. Raises ValueError."""
+    version = published_version(path)
+    if version is not None:
+        raise ValueError(f"{option} {path} is inside the published dataset version {version}: a version is never "
+                         f"written to (its files are checked against manifest.json); choose a path outside it")
     for name, source in inputs:
         if path.exists() and source.exists() and os.path.samefile(path, source):  # links and hard links too
             raise ValueError(f"{option} {path} is the same file as {name} {source}: writing it would overwrite the "

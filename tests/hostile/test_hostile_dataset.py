@@ -221,3 +221,40 @@ def test_two_publishers_at_once_both_complete(tmp_path) -> None:
     assert sorted(p.name for p in root.iterdir()) == sorted(names)  # no .tmp- left
     for name in names:
         assert read_split(root / name, "train").height == 2
+
+
+def test_outputs_inside_a_published_version_are_refused_before_any_work(copy, tmp_path) -> None:
+    """Before: `eval --out VERSION` wrote batches, reports and plots into the published version, and `dedupe
+    --output VERSION/train.parquet` overwrote its split (the next reader then refused the whole version)."""
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "a"}\n')
+    link = tmp_path / "link"
+    link.symlink_to(copy)
+    for args in (["eval", "--dataset", str(copy), "--split", "train", "--out", str(copy)],
+                 ["eval", "--dataset", str(copy), "--split", "train", "--out", str(link / "report")],
+                 ["dedupe", "--input", str(rows), "--output", str(copy / "train.parquet"), "--field", "text"],
+                 ["generate", "--n", "5", "--out", str(copy)]):
+        proc = subprocess.run([FLYWHEEL, *args], capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"is inside the published dataset version {copy.resolve()}" in proc.stderr
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
+
+
+def test_a_parent_link_moved_to_another_version_is_not_served_from_the_cache(tool_dataset, tmp_path) -> None:
+    """Before: the near-dedupe cache was keyed by the --parent string, so a link re-pointed at another version (or
+    a version rebuilt under the same path) got the old parent's dedupe result, and the manifest named the link."""
+    from flywheel.flows.config import GenerateConfig
+    from flywheel.flows.generate import run_generate
+
+    link = tmp_path / "parent"
+    link.symlink_to(tool_dataset)
+    config = GenerateConfig(out=str(tmp_path / "out"), n=20, seed=5, parents=(str(link),))
+    first = run_generate(config)
+    assert read_manifest(Path(first["version_dir"])).parents == (str(Path(tool_dataset).resolve()),)
+    link.unlink()
+    link.symlink_to(first["version_dir"])  # the same path now names a parent holding every row the run makes
+    second = run_generate(config)
+    reasons = read_manifest(Path(second["version_dir"])).reject_reasons
+    assert reasons.get("near_dedupe:near_duplicate_of_reference", 0) >= 20, reasons
+    assert read_manifest(Path(second["version_dir"])).parents == (str(Path(first["version_dir"]).resolve()),)
