@@ -35,15 +35,18 @@ PREFIX_CACHE_HELP = ("transformers backend: prefill a prompt prefix shared by se
                      "once; --no-prefix-cache prefills every prompt whole (the old paths, for comparison).")
 
 
-def check_parent(folder: str) -> None:
-    """A --parent must be a published version whose train and held-out files match its manifest and read."""
-    from flywheel.tasks.data.publish import read_split
+def check_parent(folder: str, env: str) -> None:
+    """A --parent must be a published version of ``env`` that passes ``check_version`` (files against its manifest,
+    the manifest against its folder, every row's id, env, prompt and task JSON; prompts at most dedupe's cap)."""
+    from flywheel.tasks.data.publish import check_version
 
-    for split in ("train", "heldout"):  # the columns the near-duplicate stage reads
-        try:
-            read_split(Path(folder), split, ["id", "prompt"])
-        except (ValueError, OSError) as exc:
-            raise ValueError(f"--parent {folder}: {' '.join(str(exc).split())}") from None
+    try:
+        manifest = check_version(Path(folder))
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"--parent {folder}: {' '.join(str(exc).split())}") from None
+    if manifest.env != env:
+        raise ValueError(f"--parent {folder} is a {manifest.env} dataset, not {env}: dedupe against versions of the "
+                         f"--env generated ({env})")
 
 
 class GenerateConfig(BaseModel):
@@ -86,7 +89,7 @@ class GenerateConfig(BaseModel):
         for parent in self.parents:
             if not (Path(parent) / "manifest.json").is_file():
                 raise ValueError(f"--parent {parent} is not a published version folder (no manifest.json)")
-            check_parent(parent)
+            check_parent(parent, self.env)
         return self
 
     @property

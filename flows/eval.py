@@ -27,7 +27,7 @@ from flywheel.flows.config import EvalConfig
 from flywheel.flows.results import BatchCounts, EvalResult
 from flywheel.flows.runtime import chunks, code_version, link_artifacts, progress, write_rows
 from flywheel.schemas import DatasetManifest, EvalReport, Task
-from flywheel.tasks.data.publish import read_manifest, read_split
+from flywheel.tasks.data.publish import check_version, read_manifest, read_split
 from flywheel.tasks.evaluation.metrics import buckets, decide, per_task, summarize, task_pass
 from flywheel.tasks.evaluation.report import markdown, plots
 from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, plan, run_batch
@@ -39,11 +39,11 @@ from flywheel.verifiers.envs import get_env
 
 
 def split_file(config: EvalConfig) -> tuple[Path, DatasetManifest]:
-    """The split's parquet file (its sha256 checked against the manifest, and read) and the version's manifest; a
-    bad folder is one clear error before any flow run starts."""
+    """The split's parquet file and the version's manifest, checked by ``check_version`` (the file against the
+    manifest, the manifest against its folder, the rows --limit reads): a bad folder or row is one line naming the
+    file and row, before any flow run starts."""
     version = Path(config.dataset)
-    manifest = read_manifest(version)
-    read_split(version, config.split, ["id"], manifest)
+    manifest = check_version(version, (config.split,), config.limit)
     return version / f"{config.split}.parquet", manifest
 
 

@@ -2,9 +2,10 @@
 verifiers -> failure buckets -> new held-out regression tasks -> a new dataset version.
 
 Contract: reads the trajectories (a bad line fails the run before anything is written; ``flywheel ingest`` parses
-them and ``IngestConfig`` checks the dataset before the flow starts: its files against its manifest, the manifest's
-``name`` against the folder the version lies in and its ``env`` against its rows' (a manifest is not hashed: an
-edited one could otherwise publish anywhere, or mix envs), and that the record folder can be written), re-scores
+them and ``IngestConfig`` checks the dataset before the flow starts, with ``check_version`` as eval and train do: its
+files against its manifest, the manifest's ``name`` against the folder the version lies in and its ``env`` against
+its rows' (a manifest is not hashed: an edited one could otherwise publish anywhere, or mix envs); and that the record
+folder can be written), re-scores
 each one (tasks/ingest.py), turns failures into held-out tasks, drops those already in the dataset (same task id),
 near duplicates of each other or of existing held-out tasks, and those contaminated by train (n-gram overlap or
 MinHash near-duplicate, as the split stage checks), then publishes train unchanged and held-out = old + new as a new
@@ -35,7 +36,7 @@ from flywheel.schemas import Task
 from flywheel.tasks.data.dedupe import NearDupParams, near_duplicates
 from flywheel.tasks.data.generate import task_row
 from flywheel.tasks.data.ingest import SUPPORTED_ENVS, read_trajectories, rescore
-from flywheel.tasks.data.publish import publish, read_manifest, read_split, verified_file
+from flywheel.tasks.data.publish import check_version, publish, read_manifest, read_split, verified_file
 from flywheel.tasks.data.seeds import env_paths, load_tools
 from flywheel.tasks.data.split import contamination
 from flywheel.tasks.files import write_text_atomic
@@ -63,21 +64,11 @@ class IngestConfig(BaseModel):
         if not (src / "manifest.json").is_file():
             raise ValueError(f"--dataset {src} is not a published version folder (no manifest.json); pass "
                              "OUT/NAME/VERSION as printed by `flywheel generate`")
-        manifest = read_manifest(src)
-        folder = src.resolve().parent
-        if manifest.name != folder.name:  # the new version is published beside this one, never where a file says
-            raise ValueError(f"--dataset {src}: manifest.json names the dataset {manifest.name!r} but the version "
-                             f"lies in {folder.name!r}: the manifest was edited (or the version moved); pass a "
-                             "version as `flywheel generate` published it, OUT/NAME/VERSION")
+        manifest = check_version(src)  # files, the manifest against its folder (a manifest is not hashed: an edited
+        folder = src.resolve().parent  # name would publish elsewhere), every row against the manifest's env
         if manifest.env not in SUPPORTED_ENVS:
             raise ValueError(f"--dataset {src} is a {manifest.env} dataset; "
                              f"ingest supports {', '.join(SUPPORTED_ENVS)}")
-        for split in ("train", "heldout"):
-            other = sorted(set(read_split(src, split, ["env"], manifest)["env"]) - {manifest.env})
-            if other:
-                raise ValueError(f"--dataset {src}: manifest.json says env {manifest.env!r} but {split}.parquet "
-                                 f"holds {', '.join(map(repr, other))} rows: the manifest was edited; regenerate the "
-                                 "dataset")
         verified_file(src, "rejected.parquet", manifest)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise ValueError(f"--dataset {src}: cannot create files in {folder}, where the new version and the "

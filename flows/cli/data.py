@@ -49,6 +49,9 @@ def generate(
 
         load_env(config.seeds_dir, config.env)  # a bad seed line fails here, before any server starts
         check_output(Path(config.out), "--out", folder_wanted=True)
+        from flywheel.tasks.data.publish import check_version_links
+
+        check_version_links(Path(config.out) / config.dataset_name)  # no link where the version lands
         from flywheel.flows.generate import run_generate
 
         summary = with_progress(lambda: run_generate(config))

@@ -14,7 +14,12 @@ The manifest records every data file's sha256 (``files``). Readers go through
 :func:`read_split`, which checks the file against the manifest before using
 it: a file changed after publishing, or not parquet, is one ValueError naming
 the file, so nothing is evaluated, trained or reported under a version and
-content hash that no longer describe it.
+content hash that no longer describe it. A manifest is not hashed: commands
+that read a version (eval, train, generate --parent, ingest) run
+:func:`check_version` before their flow, which also checks what the manifest
+says against where the version lies and what its rows hold. A version folder
+that already exists when the same content is published again is used only if
+it is that version as published (a real folder whose files verify).
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from pydantic import ValidationError
 
 from flywheel.schemas import DatasetManifest
 from flywheel.schemas.records import folder_name
-from flywheel.tasks.files import share_tree
+from flywheel.tasks.files import read_regular, share_tree
 
 DATA_FILES = ("train.parquet", "heldout.parquet")
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few KB; bounds what an edited or swapped one costs to refuse
+ROW_COLUMNS = ("id", "env", "task", "prompt")  # what check_version reads of each row: all text, never null
 
 
 def file_sha256(path: Path) -> str:
@@ -113,9 +120,10 @@ def publish(out_dir: Path, name: str, frames: dict[str, pl.DataFrame], manifest_
         try:
             os.rename(tmp, target)  # refuses a non-empty target: a published version is never replaced
         except OSError:
-            if not target.is_dir():
+            if not os.path.lexists(target):
                 raise
-            shutil.rmtree(tmp)  # same content hash: this exact version is already published
+            shutil.rmtree(tmp)  # same content hash: this exact version is already published, or something else is
+            _check_existing(target, manifest)
         return target
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -124,12 +132,52 @@ def publish(out_dir: Path, name: str, frames: dict[str, pl.DataFrame], manifest_
         os.close(lock)
 
 
+def _check_existing(target: Path, manifest: DatasetManifest) -> None:
+    """``target``, found in place of the version ``manifest`` describes, must be that version as published: a real
+    folder (not a link to another dataset) whose manifest names the same dataset, version, env and content and whose
+    files match it. Anything else is one ValueError: publish never hands back a folder it did not make."""
+    why = ""
+    if target.is_symlink() or not target.is_dir():
+        why = "it is a link or a file, not the folder publish made"
+    else:
+        try:
+            found = read_manifest(target)
+            for name in sorted(set(found.files) | set(manifest.files)):
+                verified_file(target, name, found)
+            mine = (manifest.name, manifest.version, manifest.env, manifest.content_hash)
+            if (found.name, found.version, found.env, found.content_hash) != mine:
+                why = (f"its manifest describes {found.env} dataset {found.name!r} {found.version} "
+                       f"(content {found.content_hash[:12]}), not this one")
+        except (ValueError, OSError) as exc:
+            why = " ".join(str(exc).split())
+    if why:
+        raise ValueError(f"{target} already exists but is not the version this run made ({why}): move it away and "
+                         "rerun")
+
+
+def check_version_links(root: Path) -> None:
+    """Before a run that publishes into ``root`` (``OUT/NAME``): every ``v-*`` there is a real folder, so no link can
+    stand in for the version the run makes (publish also checks the folder it lands on, files included)."""
+    for entry in sorted(root.glob("v-*")) if root.is_dir() else ():
+        if entry.is_symlink() or not entry.is_dir():
+            raise ValueError(f"{entry} is a link or a file, not a published version folder: publish would hand it "
+                             "back as this run's version; move it away")
+
+
 def read_manifest(version_dir: Path) -> DatasetManifest:
     path = version_dir / "manifest.json"
     if not path.is_file():
         raise ValueError(f"{version_dir} is not a published dataset version (no manifest.json)")
     try:
-        return DatasetManifest.model_validate_json(path.read_text(encoding="utf-8"))
+        data = read_regular(path, MAX_MANIFEST_BYTES)
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read ({exc.strerror or exc}); republish the version with "
+                         "`flywheel generate`") from None
+    except ValueError as exc:  # "larger than N KB"
+        raise ValueError(f"{path} is {exc}: not a dataset manifest (a few KB); republish the version with "
+                         "`flywheel generate`") from None
+    try:
+        return DatasetManifest.model_validate_json(data.decode("utf-8"))
     except UnicodeDecodeError:  # else a ValueError about a codec and a byte position, naming no file
         raise ValueError(f"{path} is not UTF-8 text; republish the version with `flywheel generate`") from None
     except ValidationError as err:
@@ -167,3 +215,85 @@ def read_split(version_dir: Path, split: str, columns: list[str] | None = None,
     except (pl.exceptions.PolarsError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path} is not a readable parquet file ({first}); regenerate the dataset") from None
+
+
+def _first(mask: pl.Series) -> int:
+    """The 1-based row number of the first True in ``mask`` (the caller knows there is one)."""
+    return int(mask.arg_max() or 0) + 1
+
+
+def check_version(version_dir: Path, splits: tuple[str, ...] = ("train", "heldout"),
+                  limit: int | None = None) -> DatasetManifest:
+    """The one check every command that reads a published version runs before its flow (eval, train, generate
+    --parent, ingest); returns the manifest. Each error is one ValueError naming the file (and row):
+
+    - the splits' files match the manifest and read as parquet (:func:`read_split`);
+    - the manifest (not hashed) says what the folder is: ``name`` the folder the version lies in, ``version`` its own
+      folder's name and ``v-`` + its content hash, ``env`` a known env;
+    - every row: ``id``, ``env``, ``task`` and ``prompt`` are text, never null; ``env`` the manifest's; ids unique
+      across the splits; the prompt at most ``MAX_TEXT_CHARS`` (what dedupe takes); the task JSON parses as a Task
+      of that env whose id (its content hash) is the row's ``id``. The JSON of the first ``limit`` rows by id only,
+      with ``limit`` (what ``flywheel eval --limit`` reads); each parsed once, none kept.
+    """
+    from flywheel.schemas import Task
+    from flywheel.tasks.data.dedupe import MAX_TEXT_CHARS
+    from flywheel.verifiers.envs import env_names
+
+    version_dir = Path(version_dir)
+    manifest = read_manifest(version_dir)
+    frames = {split: read_split(version_dir, split, None, manifest) for split in splits}  # files first
+    where, real, redo = version_dir / "manifest.json", version_dir.resolve(), "regenerate the dataset"
+    if manifest.name != real.parent.name:
+        raise ValueError(f"{where} names the dataset {manifest.name!r} but the version lies in {real.parent.name!r}: "
+                         "the manifest was edited (or the version moved); pass a version as `flywheel generate` "
+                         "published it, OUT/NAME/VERSION")
+    if manifest.version != real.name or real.name != f"v-{manifest.content_hash[:12]}":
+        raise ValueError(f"{where} names the version {manifest.version!r} but its folder is {real.name!r} (and its "
+                         f"content v-{manifest.content_hash[:12]}): the manifest was edited (or the folder renamed); "
+                         "pass a version as `flywheel generate` published it")
+    if manifest.env not in env_names():
+        raise ValueError(f"{where} says env {manifest.env!r}, which is not an env ({', '.join(env_names())}): the "
+                         f"manifest was edited; {redo}")
+    seen: dict[str, str] = {}
+    for split, frame in frames.items():
+        path = version_dir / f"{split}.parquet"
+        for col in ROW_COLUMNS:
+            if col not in frame.columns:
+                raise ValueError(f"{path} has no {col!r} column: the rows were edited; {redo}")
+            if frame[col].dtype != pl.String:
+                raise ValueError(f"{path}: column {col!r} holds {frame[col].dtype}, not text: the rows were edited; "
+                                 f"{redo}")
+            if frame[col].null_count():
+                raise ValueError(f"{path} row {_first(frame[col].is_null())}: {col} is null: the rows were edited; "
+                                 f"{redo}")
+        other = frame["env"] != manifest.env
+        if other.any():
+            envs = ", ".join(map(repr, sorted(set(frame.filter(other)["env"]))))
+            raise ValueError(f"{version_dir}: manifest.json says env {manifest.env!r} but {split}.parquet holds "
+                             f"{envs} rows: the manifest or the rows were edited (the first at row {_first(other)}); "
+                             f"{redo}")
+        long = frame["prompt"].str.len_chars() > MAX_TEXT_CHARS
+        if long.any():
+            raise ValueError(f"{path} row {_first(long)}: the prompt is longer than {MAX_TEXT_CHARS:,} characters: "
+                             f"the rows were edited; {redo}")
+        for row, task_id in enumerate(frame["id"], 1):
+            if task_id in seen:
+                raise ValueError(f"{path} row {row}: task id {task_id[:12]}... is there twice (also in "
+                                 f"{seen[task_id]}): the rows were edited; {redo}")
+            seen[task_id] = f"{split}.parquet row {row}"
+        rows = frame.select("id", "task").with_row_index("row", 1)
+        if limit is not None:
+            rows = rows.sort("id").head(limit)
+        for row, task_id, text in rows.iter_rows():
+            try:
+                task = Task.model_validate_json(text)
+            except ValidationError as err:
+                e = err.errors()[0]
+                raise ValueError(f"{path} row {row}: the task is not a valid Task "
+                                 f"({'.'.join(map(str, e['loc'])) or 'record'}: "
+                                 f"{' '.join(e['msg'].removeprefix('Value error, ').split())[:200]}): "
+                                 f"the rows were edited; {redo}") from None
+            if task.id != task_id or task.env != manifest.env:
+                what = f"its task's id is {task.id[:12]}..." if task.id != task_id else f"its task is {task.env!r}"
+                raise ValueError(f"{path} row {row}: id {task_id[:12]}... but {what}: the rows were edited; {redo}")
+    return manifest

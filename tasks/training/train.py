@@ -171,9 +171,9 @@ class TrainConfig(BaseModel):
         if not (Path(self.dataset) / "manifest.json").is_file():
             raise ValueError(f"--dataset {self.dataset} is not a published version folder (no manifest.json); "
                              "pass OUT/NAME/VERSION as printed by `flywheel generate`")
-        from flywheel.tasks.data.publish import read_manifest
+        from flywheel.tasks.data.publish import check_version
 
-        read_manifest(Path(self.dataset))  # a missing or broken manifest fails here, in one line
+        check_version(Path(self.dataset))  # files, manifest and every row training reads: one line, before any flow
         if self.skip_tasks and not Path(self.skip_tasks).is_file():
             raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
                              "`flywheel eval --split train`")
