@@ -73,14 +73,19 @@ def _first_error(err: ValidationError) -> str:
     return f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}"
 
 
+def _read_record(path: Path, model: type[Any], max_bytes: int, what: str, fix: str) -> Any:
+    """One registry file as ``model``; every failure is one RegistryError naming the file and ending in ``fix``."""
+    try:
+        return model.model_validate(_strict_json(path, max_bytes))
+    except RegistryError as err:
+        raise RegistryError(f"{err}: {fix}") from None
+    except ValidationError as err:
+        raise RegistryError(f"{path} is not a registry {what} ({_first_error(err)}): {fix}") from None
+
+
 def _read_event(path: Path) -> Event:
     """One event file, checked: a damaged audit log is reported, never replayed with a guess."""
-    try:
-        event = Event.model_validate(_strict_json(path, MAX_EVENT_BYTES))
-    except RegistryError as err:
-        raise RegistryError(f"{err}: {FIX}") from None
-    except ValidationError as err:
-        raise RegistryError(f"{path} is not a registry event ({_first_error(err)}): {FIX}") from None
+    event = _read_record(path, Event, MAX_EVENT_BYTES, "event", FIX)
     if f"{event.seq:06d}.json" != path.name:
         raise RegistryError(f"{path} holds event {event.seq}, not the one its name says: {FIX}")
     return event
@@ -208,12 +213,7 @@ class Registry:
 
     def _read_version(self, folder: Path) -> ModelVersion:
         path, fix = folder / "version.json", "restore the version folder from a backup (versions are never edited)"
-        try:
-            version = ModelVersion.model_validate(_strict_json(path, MAX_VERSION_BYTES))
-        except RegistryError as err:
-            raise RegistryError(f"{err}: {fix}") from None
-        except ValidationError as err:
-            raise RegistryError(f"{path} is not a registry version ({_first_error(err)}): {fix}") from None
+        version = _read_record(path, ModelVersion, MAX_VERSION_BYTES, "version", fix)
         if version.id != folder.name:
             raise RegistryError(f"{path} holds version {version.id}, not the one its folder names: {fix}")
         return version
