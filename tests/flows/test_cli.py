@@ -35,7 +35,7 @@ def test_the_cli_starts_without_the_heavy_libraries() -> None:
 
 @pytest.mark.parametrize(("option", "value"), [
     ("--prompt-lookup", "-1"), ("--prompt-lookup", "65"), ("--prompt-lookup", "ten"),
-    ("--max-body-kb", "0"), ("--max-body-kb", "-5"),
+    ("--max-body-kb", "0"), ("--max-body-kb", "-5"), ("--max-waiting", "0"), ("--max-waiting", "33"),
 ])
 def test_serve_refuses_a_bad_option_before_it_loads_anything(option: str, value: str) -> None:
     result = runner.invoke(app, ["serve", "--model", "/no/such/checkpoint", option, value])
