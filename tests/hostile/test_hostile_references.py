@@ -94,17 +94,19 @@ def test_a_math_reference_the_verifier_cannot_read_is_verifier_error_not_wrong_a
 @pytest.mark.parametrize(("reference", "answer", "reward"), [
     ("12345678", "\\boxed{12345670}", 0.0), ("1000000007", "\\boxed{1000000000}", 0.0),
     ("1/3", "\\boxed{2/6}", 1.0), ("1/2", "\\boxed{0.5}", 1.0), ("oo", "\\boxed{\\infty}", 1.0),
-    ("oo", "\\boxed{-oo}", 0.0),
+    ("oo", "\\boxed{-oo}", 0.0), ("x", "\\boxed{x + 0/0}", 0.0), ("x", "\\boxed{x + 0*oo}", 0.0),
+    ("x", "\\boxed{2*x/2}", 1.0),
 ])
-def test_exact_numbers_must_be_equal_not_merely_close(reference, answer, reward) -> None:
+def test_exact_numbers_must_be_equal_not_merely_close_and_undefined_terms_never_cancel(reference, answer,
+                                                                                       reward) -> None:
     assert math_verifier.verify(math_task(reference), answer).reward == reward
 
 
-@pytest.mark.parametrize(("verify", "task", "completion"), [
-    (math_verifier.verify, lambda: math_task("42"), "\n" * 200_000),
-    (sql.verify, lambda: sql_task("SELECT COUNT(*) FROM orders"), "```" + " " * 200_000),
+@pytest.mark.parametrize(("verify", "task", "completion", "failure"), [
+    (math_verifier.verify, lambda: math_task("42"), "\n" * 200_000, "no_answer"),
+    (sql.verify, lambda: sql_task("SELECT COUNT(*) FROM orders"), "```" + " " * 200_000, "too_large"),
 ])
-def test_a_completion_cannot_stall_the_caller_before_the_bounded_worker(verify, task, completion) -> None:
+def test_a_completion_cannot_stall_the_caller_before_the_bounded_worker(verify, task, completion, failure) -> None:
     """Before: the answer-line and fence patterns were quadratic: 40,000 newlines took 22 s in the caller."""
     verdict = within(10, lambda: verify(task(), completion))
-    assert verdict.valid and verdict.reward == 0.0
+    assert (verdict.valid, verdict.reward, verdict.failure_class) == (True, 0.0, failure), verdict

@@ -48,7 +48,8 @@ from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
 
 NAME = "math"
-VERSION = "1.2.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers
+VERSION = "1.2.1"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers;
+#                    1.2.1: an undefined term (0/0) is refused, not cancelled
 REL_TOL = 1e-6
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
 LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("flywheel.verifiers.envs.math.math",))
@@ -137,6 +138,8 @@ def to_expr(part: str) -> sympy.Basic:
         expr = parse_expr(part, local_dict=dict(NAMES), global_dict=_GLOBALS, transformations=_TRANSFORMS,
                           evaluate=False)
         _check_powers(expr)
+        if expr.doit().has(sympy.nan, sympy.zoo):  # x + 0/0 must not cancel to x
+            raise Unparsable(f"undefined value (0/0 or a division by zero) in {part[:60]!r}")
         return expr
     except Unparsable:
         raise
