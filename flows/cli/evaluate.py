@@ -149,10 +149,7 @@ def profile_reward(
     module = _verifier(verifier, judge_url, judge_model)
     target = report or input.with_suffix(".profile.md")
     output_or_fail(target, "--report", inputs=(("--input", input),))
-    scored, bad, total = _score_lines(module, input)
-    if not total:
-        fail(f"--input {input} has no rollouts (no non-blank line); profile a JSONL of "
-             '{"task": <Task JSON>, "completion": "<text>"} lines')
+    scored, bad, total = _score_lines(module, input)  # an empty input failed in read_jsonl
     text = profile_markdown(scored, verifier, samples)  # model output's control characters escaped (_cell)
     write_atomic(target, [text])
     Console().print(Markdown(text))

@@ -23,7 +23,10 @@ def read_jsonl(path: Path) -> list[tuple[int, bytes]]:
         data = path.read_bytes()
     except OSError as exc:
         fail(f"cannot read --input {path}: {exc.strerror or exc}")
-    return [(i, line) for i, line in enumerate(data.splitlines(), start=1) if line.strip()]
+    rows = [(i, line) for i, line in enumerate(data.splitlines(), start=1) if line.strip()]
+    if not rows:
+        fail(f"--input {path} has no lines (empty or blank): nothing to process; name the JSONL file with the rows")
+    return rows
 
 
 def parse_line(line: bytes) -> Any:

@@ -160,6 +160,21 @@ def test_unusable_outputs_fail_before_any_work(tmp_path) -> None:
     assert _files(tmp_path) == ["folder", "in.jsonl"] and _files(tmp_path / "folder") == []
 
 
+@pytest.mark.parametrize("content", ["", "\n  \n\n"])
+def test_an_empty_input_is_an_error_not_an_empty_result(tmp_path, content: str) -> None:
+    """Before: score and dedupe of an empty file printed "0 lines" and wrote an empty output, exit 0."""
+    src = tmp_path / "in.jsonl"
+    src.write_text(content)
+    message = (f"error: --input {src} has no lines (empty or blank): nothing to process; "
+               "name the JSONL file with the rows")
+    for args in (["score", "--verifier", "math", "--output", str(tmp_path / "o.jsonl")],
+                 ["dedupe", "--field", "text", "--output", str(tmp_path / "o.jsonl")],
+                 ["profile-reward", "--verifier", "math", "--report", str(tmp_path / "r.md")]):
+        code, output = _invoke(*args, "--input", str(src))
+        assert code == 1 and _one_error(output) == message, output
+    assert _files(tmp_path) == ["in.jsonl"]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_a_read_only_output_folder_fails_before_any_work(tmp_path) -> None:
     src, locked = tmp_path / "in.jsonl", tmp_path / "locked"

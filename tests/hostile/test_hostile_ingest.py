@@ -254,6 +254,6 @@ def test_profile_reward_refuses_negative_samples_and_an_empty_input(tmp_path, ca
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n  \n")
     code, output = _invoke("profile-reward", "--verifier", "tool_call", "--input", str(empty))
-    assert code == 1 and _one_error(output) == (f"error: --input {empty} has no rollouts (no non-blank line); profile "
-                                                'a JSONL of {"task": <Task JSON>, "completion": "<text>"} lines')
+    assert code == 1 and _one_error(output) == (f"error: --input {empty} has no lines (empty or blank): nothing to "
+                                                "process; name the JSONL file with the rows")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "r.jsonl"]  # no report written
