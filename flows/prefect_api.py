@@ -79,6 +79,14 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, limit_s: float) -> bo
                           "running server (deploy/start.sh) or free up the machine")
 
 
+def _send_queued_logs() -> None:
+    """Flow-run logs still queued reach this API before it stops (a failed run's last records were sent after, and
+    Prefect printed "Error logging to API: All connection attempts failed"). Bounded: 5 s at most."""
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=5)
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -120,4 +128,5 @@ def temporary_api(limit_s: float = START_LIMIT_S) -> Iterator[str | None]:
                 os.environ.pop("PREFECT_API_URL", None)
             else:
                 os.environ["PREFECT_API_URL"] = previous
+            _send_queued_logs()
             _stop(proc)

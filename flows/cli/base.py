@@ -16,6 +16,7 @@ work or inside a flow's traceback.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -109,12 +110,31 @@ def _progress() -> Progress:
                     console=err, transient=False)
 
 
+class _NoInputErrorTraceback(logging.Filter):
+    """On the console only: a flow or task run that failed on bad input (a ValueError, which the command prints as
+    its one ``error:`` line) logs no traceback before it; Prefect's "Finished in state Failed" line still shows,
+    and the API's handler (the UI's flow-run logs) still gets the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], ValueError))
+
+
 def in_api(run: Callable[[], Any]) -> Any:
     """Run a flow on PREFECT_API_URL's server, or on a temporary API that never outlives this command."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
     from flywheel.flows.prefect_api import temporary_api
 
-    with temporary_api():
-        return run()
+    quiet = _NoInputErrorTraceback()
+    consoles = [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
+    for handler in consoles:
+        handler.addFilter(quiet)
+    try:
+        with temporary_api():
+            return run()
+    finally:
+        for handler in consoles:
+            handler.removeFilter(quiet)
 
 
 def with_progress(run: Callable[[], Any]) -> Any:

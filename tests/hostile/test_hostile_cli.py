@@ -175,6 +175,38 @@ def test_an_empty_input_is_an_error_not_an_empty_result(tmp_path, content: str) 
     assert _files(tmp_path) == ["in.jsonl"]
 
 
+_FAILING_FLOW = """
+from prefect import flow, task
+from flywheel.flows.cli.base import in_api
+
+@task
+def publish():
+    raise ValueError("OUT/v-x already exists but is not the version this run made: move it away and rerun")
+
+@flow
+def generate():
+    return publish()
+
+try:
+    in_api(generate)
+except ValueError as exc:
+    print("error:", exc)
+"""
+
+
+def test_a_flow_that_fails_on_bad_input_prints_no_traceback_and_loses_no_log() -> None:
+    """Before: a ValueError found inside a flow (generate landing on a damaged version) printed two Prefect tracebacks
+    before the command's one error line, then "Error logging to API" (the temporary API stopped before the failed
+    run's last log records were sent)."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the command's own temporary API
+    proc = subprocess.run([sys.executable, "-c", _FAILING_FLOW], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout == ("error: OUT/v-x already exists but is not the version this run made: move it away and "
+                           "rerun\n")
+    assert "Traceback" not in proc.stderr and "Error logging to API" not in proc.stderr, proc.stderr
+    assert "Task run encountered an exception ValueError: OUT/v-x already exists" in proc.stderr  # Failed state
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_a_read_only_output_folder_fails_before_any_work(tmp_path) -> None:
     src, locked = tmp_path / "in.jsonl", tmp_path / "locked"
