@@ -73,9 +73,10 @@ def load_evals(baseline_eval: str, candidate_eval: str) -> tuple[EvalReport, pl.
     return base_report, base, cand_report, cand
 
 
-def production_eval(reg: Registry) -> Path:
-    """The eval folder the production version was registered with (its report.json and rollouts.parquet, kept in
-    the registry): a candidate is gated against what is deployed. GateError when there is none to use."""
+def production_eval(reg: Registry) -> tuple[str, Path]:
+    """The production version's id and the eval folder it was registered with (its report.json and
+    rollouts.parquet, kept in the registry): a candidate is gated against what is deployed. GateError when there is
+    none to use. Pass the id to ``promote_model(gated_against=...)``: production must not move meanwhile."""
     if "production" not in reg.aliases():
         raise GateError(f"no production version in {reg.root} yet: pass --baseline-eval, an eval of the base model on "
                         "the candidate's tasks (`flywheel eval --dataset D --out base`)")
@@ -88,13 +89,15 @@ def production_eval(reg: Registry) -> Path:
     if changed:  # the gate would judge the candidate against figures nobody measured
         raise GateError(f"production version {version.id}: {', '.join(changed)} changed since registration: restore "
                         "the registry, or pass --baseline-eval, an eval of it on the candidate's tasks")
-    return folder
+    return version.id, folder
 
 
 @flow(name="promote", persist_result=True)
 def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: str, config: GateConfig,
-                  override: str | None = None, capability: dict[str, tuple[str, str]] | None = None) -> PromoteResult:
-    """``capability``: env -> (baseline eval, candidate eval) on envs the candidate was not trained on."""
+                  override: str | None = None, capability: dict[str, tuple[str, str]] | None = None,
+                  gated_against: str | None = None) -> PromoteResult:
+    """``capability``: env -> (baseline eval, candidate eval) on envs the candidate was not trained on;
+    ``gated_against``: the production version whose eval ``baseline_eval`` is (``production_eval``)."""
     reg = Registry(registry)
     version = reg.version(ref)
     base_report, base, _, cand = load_evals(baseline_eval, candidate_eval)
@@ -115,7 +118,8 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     link_artifacts("gate", {"report": gates / f"{stem}.md", "json": gates / f"{stem}.json"})
     gate_info = {"passed": result.passed, "success_delta": result.success_delta, "success_ci": list(result.success_ci),
                  "report": f"gates/{stem}.json"}
-    event = reg.promote(version.id, gate_info, override) if result.passed or (override and override.strip()) else None
+    event = reg.promote(version.id, gate_info, override, gated_against) \
+        if result.passed or (override and override.strip()) else None
     return PromoteResult(version=version.id, passed=result.passed, failures=result.failures(),
                          success_delta=result.success_delta, success_ci=result.success_ci,
                          report=str(gates / f"{stem}.md"), event=event, checks=result.checks)

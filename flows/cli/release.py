@@ -43,8 +43,9 @@ def promote(
         # resolved once: an alias moved by another command while this one runs must not swap the version gated
         version = reg.version(version).id  # an unknown --version and unusable evals fail before any flow run
         check_output(registry / "gates", "--registry", folder_wanted=True)  # where the gate report goes
+        gated_against = None
         if baseline_eval is None:
-            baseline_eval = production_eval(reg)
+            gated_against, baseline_eval = production_eval(reg)
             try:
                 load_evals(str(baseline_eval), str(candidate_eval))
             except GateError as exc:  # e.g. the candidate's dataset is a newer version (after `flywheel ingest`)
@@ -53,7 +54,7 @@ def promote(
         else:
             load_evals(str(baseline_eval), str(candidate_eval))
         summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
-                                                override))
+                                                override, gated_against=gated_against))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
     lo, hi = summary.success_ci

@@ -273,16 +273,24 @@ class Registry:
                 if (base / rel).resolve() != real / rel or not (base / rel).is_file()
                 or file_sha256(base / rel) != digest]
 
-    def promote(self, ref: str, gate: dict[str, Any] | None, override: str | None = None) -> Event:
-        """Move production to a version: only with a passing gate, or an explicit override with its reason."""
+    def promote(self, ref: str, gate: dict[str, Any] | None, override: str | None = None,
+                gated_against: str | None = None) -> Event:
+        """Move production to a version: only with a passing gate, or an explicit override with its reason.
+        ``gated_against``: the production version whose own eval was the gate's baseline; production must still be
+        it under the lock (a rollback or promotion meanwhile would make the gate's comparison stale)."""
         version = self.version(ref)
         if not (gate and gate.get("passed")) and not (override and override.strip()):
             raise RegistryError(f"the gate did not pass for {version.id}: production stays at "
                                 f"{self.aliases().get('production', '(none)')}; "
                                 "pass --override REASON to promote anyway")
         with self._locked():  # previous is what production is right before this event, not when we started
+            previous = self.aliases().get("production")
+            if gated_against is not None and previous != gated_against:
+                raise RegistryError(f"production moved from {gated_against} to {previous or '(none)'} while "
+                                    f"{version.id} was gated against {gated_against}'s eval: nothing promoted; "
+                                    "run promote again")
             return self._append(action="promote", version=version.id, alias="production", gate=gate,
-                                previous=self.aliases().get("production"), override=override if override else None)
+                                previous=previous, override=override if override else None)
 
     def production_stack(self) -> list[str]:
         """Promotions still in force, oldest first: promote pushes, rollback pops."""

@@ -342,3 +342,17 @@ def test_promote_refuses_a_blank_override_and_an_unwritable_gates_folder_before_
              "--override needs a reason: it goes into the audit log")
     (reg.root / "gates").write_text("x")
     one_line(cli("promote", "--registry", str(reg.root), *evals), f"--registry {reg.root / 'gates'} is a file")
+
+
+def test_a_promotion_gated_against_a_production_that_moved_meanwhile_is_refused(tmp_path) -> None:
+    """Before: promote without --baseline-eval read production's eval outside the lock; a rollback in the ~10 s
+    before the alias moved made the gate's comparison stale, and the candidate was promoted on it anyway."""
+    reg, ids = registry_with(tmp_path, 3, promoted=2)  # production: ids[1], gated against its eval
+    reg.rollback()  # another command, meanwhile: production is ids[0] now
+    before = sorted(p.name for p in (reg.root / "events").iterdir())
+    with pytest.raises(RegistryError, match=f"production moved from {ids[1]} to {ids[0]} while {ids[2]} was gated "
+                                            f"against {ids[1]}'s eval: nothing promoted; run promote again"):
+        reg.promote(ids[2], {"passed": True}, gated_against=ids[1])
+    assert sorted(p.name for p in (reg.root / "events").iterdir()) == before
+    assert reg.aliases()["production"] == ids[0]
+    assert reg.promote(ids[2], {"passed": True}, gated_against=ids[0]).previous == ids[0]  # gated on the current one
