@@ -166,16 +166,31 @@ def published_version(path: Path) -> Path | None:
     return None
 
 
+def registry_root(path: Path) -> Path | None:
+    """The model registry (a folder holding events/ and versions/) that ``path`` is or lies in, links resolved;
+    None when it is in none."""
+    resolved = path.resolve()
+    for folder in (resolved, *resolved.parents):
+        if (folder / "events").is_dir() and (folder / "versions").is_dir():
+            return folder
+    return None
+
+
 def check_output(path: Path, option: str, folder_wanted: bool = False,
-                 inputs: tuple[tuple[str, Path], ...] = ()) -> None:
+                 inputs: tuple[tuple[str, Path], ...] = (), registry_ok: bool = False) -> None:
     """Fail before any work when ``path`` cannot become a file (or, ``folder_wanted``, a folder): a folder where a
     file goes or a file where a folder goes, a folder this process may not create files in (tasks.files still
-    guards the write itself), or one of the command's ``inputs`` (option, path): writing it would destroy what is
-    being read. Raises ValueError."""
+    guards the write itself), a path inside a published dataset version or (unless ``registry_ok``: the registry's
+    own commands) a model registry, or one of the command's ``inputs`` (option, path): writing it would destroy what
+    is being read. Raises ValueError."""
     version = published_version(path)
     if version is not None:
         raise ValueError(f"{option} {path} is inside the published dataset version {version}: a version is never "
                          f"written to (its files are checked against manifest.json); choose a path outside it")
+    registry = None if registry_ok else registry_root(path)
+    if registry is not None:
+        raise ValueError(f"{option} {path} is inside the model registry {registry}: only registry commands write "
+                         "there (its versions are checked against their hashes); choose a path outside it")
     for name, source in inputs:
         if path.exists() and source.exists() and os.path.samefile(path, source):  # links and hard links too
             raise ValueError(f"{option} {path} is the same file as {name} {source}: writing it would overwrite the "

@@ -42,7 +42,8 @@ def promote(
         reg = Registry(registry)
         # resolved once: an alias moved by another command while this one runs must not swap the version gated
         version = reg.version(version).id  # an unknown --version and unusable evals fail before any flow run
-        check_output(registry / "gates", "--registry", folder_wanted=True)  # where the gate report goes
+        # where the gate report goes
+        check_output(registry / "gates", "--registry", folder_wanted=True, registry_ok=True)
         gated_against = None
         if baseline_eval is None:
             gated_against, baseline_eval = production_eval(reg)

@@ -65,7 +65,7 @@ def train(
     """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
     from flywheel.flows.config import EvalConfig
     from flywheel.tasks.inference.models import resolve_model
-    from flywheel.tasks.training.train import TrainConfig
+    from flywheel.tasks.training.train import TrainConfig, check_claim
 
     try:
         config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
@@ -80,14 +80,12 @@ def train(
                              rollout_backend=rollout_backend, validation=validation,
                              max_completion_length=max_completion_length, eval_interval=eval_interval,
                              eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
-        resolve_model(model)  # a bad --model fails before any flow run starts
-        if registry and parent:  # so does an unknown --parent (it would only fail at registration, after training)
-            from flywheel.tasks.release.registry import Registry
-
-            Registry(registry).version(parent)
+        start = resolve_model(model)  # a bad --model fails before any flow run starts
         evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
                                 max_tokens=max_completion_length, prefix_cache=prefix_cache)
         check_output(out, "--out", folder_wanted=True)
+        _check_train_paths(out, start, registry, parent)
+        check_claim(out, config)  # OUT holding another run's options: found now, not inside the flow
         from flywheel.flows.train import train_policy  # TRL and the eval flow: imported once every check has passed
 
         summary = in_api(lambda: train_policy(config, evaluation, str(registry) if registry else None, parent))
@@ -101,6 +99,36 @@ def train(
     if summary.version:
         err.print(f"registered {summary.version} as candidate in {registry}", highlight=False)
     typer.echo(summary.adapter)
+
+
+def _check_train_paths(out: Path, start: Path, registry: Path | None, parent: str | None) -> None:
+    """Before training: OUT must not hold the --model adapter (the new adapter/ replaces OUT/adapter); the registry
+    must be usable now, not found damaged after training: a registry that reads whole (and knows --parent), or a
+    new or empty folder, never one inside OUT or a published version or OUT inside it. ValueError."""
+    from flywheel.tasks.release.registry import Registry
+
+    here = out.resolve()
+    if start.resolve() == here or here in start.resolve().parents:
+        raise ValueError(f"--out {out} holds the --model adapter {start}: training writes OUT/adapter and would "
+                         "destroy its own input; choose another --out")
+    if registry is None:
+        if parent:
+            raise ValueError(f"--parent {parent} names a registry version: pass --registry too")
+        return
+    check_output(registry, "--registry", folder_wanted=True, registry_ok=True)
+    if registry.resolve() == here or registry.resolve() in here.parents:
+        raise ValueError(f"--out {out} is inside --registry {registry}: a registry holds registered versions "
+                         "only; choose an --out outside it")
+    reg = Registry(registry)
+    if reg.exists():
+        reg.events()  # a damaged log is one line now
+        if parent:
+            reg.version(parent)  # so is an unknown --parent (it would only fail at registration, after training)
+    elif registry.is_dir() and any(registry.iterdir()):
+        raise ValueError(f"--registry {registry} is a folder of other files, not a model registry: name an existing "
+                         "registry or a new folder")
+    elif parent:
+        raise ValueError(f"--parent {parent}: there is no registry at {registry} yet to hold it")
 
 
 @app.command("run")
@@ -151,6 +179,7 @@ def run_(
     try:
         config = RunConfig(**given)
         out = Path(config.out)
+        check_output(out, "--out", folder_wanted=True)  # a file, a published version, a registry: refused now
         summary = with_progress(lambda: run_pipeline(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))

@@ -1,0 +1,100 @@
+"""`flywheel train` and `flywheel run` write adapters, checkpoints, evals and registry versions: where they write is
+checked before any flow starts. Before: `train --out REG/versions/V --model REG/versions/V/adapter` overwrote an
+immutable registry version, `--registry DATASET_VERSION` registered into a published dataset, `run --out` was not
+checked at all, and a damaged registry or an OUT of another run was found only after training."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_hostile_cli import _invoke, _one_error, _tiny_dataset
+from test_hostile_registry import FIELDS, adapter
+
+from flywheel.tasks.release.registry import Registry
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> dict[str, Path]:
+    """A published dataset, a registry with one version, a plain folder of other files."""
+    reg = Registry(tmp_path / "reg")
+    version = reg.register(adapter(tmp_path / "adapters", 1), FIELDS)
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"\xff\xd8")
+    return {"dataset": _tiny_dataset(tmp_path / "ds", "tool_call"), "reg": reg.root,
+            "version": reg.path(version), "other": other, "tmp": tmp_path}
+
+
+def _train(paths: dict[str, Path], *args: str) -> str:
+    code, output = _invoke("train", "--dataset", str(paths["dataset"]), "--max-steps", "1", "--eval-limit", "1",
+                           *args)
+    assert code == 1, output
+    return _one_error(output)
+
+
+def test_train_never_writes_into_a_registry_its_input_adapter_or_a_dataset(paths) -> None:
+    version, reg, tmp = paths["version"], paths["reg"], paths["tmp"]
+    before = {p: p.stat().st_mtime_ns for p in reg.rglob("*")}
+    assert _train(paths, "--out", str(version), "--model", str(version / "adapter")) == (
+        f"error: --out {version} is inside the model registry {reg.resolve()}: only registry commands write there "
+        "(its versions are checked against their hashes); choose a path outside it")
+    assert "is inside the model registry" in _train(paths, "--out", str(reg))
+    own = tmp / "run1"
+    adapter(own, 0).rename(own / "adapter")  # a PEFT-shaped folder: the adapter a first training made
+    assert _train(paths, "--out", str(own), "--model", str(own / "adapter")) == (
+        f"error: --out {own} holds the --model adapter {own / 'adapter'}: training writes OUT/adapter and would "
+        "destroy its own input; choose another --out")
+    assert "holds the --model adapter" in _train(paths, "--out", str(own / "adapter"), "--model", str(own / "adapter"))
+    assert "is inside the published dataset version" in _train(
+        paths, "--out", str(tmp / "o"), "--registry", str(paths["dataset"] / "registry"))
+    assert {p: p.stat().st_mtime_ns for p in reg.rglob("*")} == before
+    assert sorted(p.name for p in paths["dataset"].iterdir()) == ["heldout.parquet", "manifest.json",
+                                                                  "rejected.parquet", "train.parquet"]
+
+
+def test_train_refuses_an_unusable_registry_before_training(paths) -> None:
+    tmp, reg = paths["tmp"], paths["reg"]
+    (tmp / "file").write_text("x")
+    assert _train(paths, "--out", str(tmp / "o"), "--registry", str(tmp / "file")) == (
+        f"error: --registry {tmp / 'file'} is a file; name a folder")
+    assert _train(paths, "--out", str(tmp / "o"), "--registry", str(paths["other"])) == (
+        f"error: --registry {paths['other']} is a folder of other files, not a model registry: name an existing "
+        "registry or a new folder")
+    assert _train(paths, "--out", str(tmp / "new" / "o"), "--registry", str(tmp / "new")) == (
+        f"error: --out {tmp / 'new' / 'o'} is inside --registry {tmp / 'new'}: a registry holds registered versions "
+        "only; choose an --out outside it")
+    assert _train(paths, "--out", str(tmp / "o"), "--parent", "mv-0123456789ab") == (
+        "error: --parent mv-0123456789ab names a registry version: pass --registry too")
+    (reg / "events" / "000001.json").write_text("garbage")
+    assert "000001.json" in _train(paths, "--out", str(tmp / "o"), "--registry", str(reg))  # without --parent too
+    assert not (tmp / "o").exists()
+
+
+def test_an_out_of_another_training_run_is_refused_before_training(paths) -> None:
+    out = paths["tmp"] / "o"
+    out.mkdir()
+    (out / "train_config.json").write_text(json.dumps({"method": "sft", "max_steps": 999}))
+    assert _train(paths, "--out", str(out)) == (f"error: {out} holds a training run with other options; rerun with "
+                                                "the same options to resume it, or pass a new --out")
+    (out / "train_config.json").unlink()
+    os.mkfifo(out / "train_config.json")  # read as it was, it blocked for ever
+    assert _train(paths, "--out", str(out)) == (f"error: {out / 'train_config.json'} is not a training run's config "
+                                                "(not a regular file): pass a new --out")
+    assert sorted(p.name for p in out.iterdir()) == ["train_config.json"]
+
+
+def test_run_and_eval_outs_are_checked_before_the_run(paths) -> None:
+    tmp = paths["tmp"]
+    (tmp / "file").write_text("x")
+    for args, message in (
+            (["--out", str(tmp / "file")], f"--out {tmp / 'file'} is a file; name a folder"),
+            (["--out", str(paths["dataset"] / "run")], "is inside the published dataset version"),
+            (["--out", str(paths["version"])], "is inside the model registry")):
+        code, output = _invoke("run", *args)
+        assert code == 1 and message in _one_error(output), output
+    code, output = _invoke("eval", "--dataset", str(paths["dataset"]), "--out", str(paths["reg"] / "eval"))
+    assert code == 1 and "is inside the model registry" in _one_error(output), output
+    assert not (paths["reg"] / "eval").exists()
