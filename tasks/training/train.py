@@ -162,6 +162,9 @@ class TrainConfig(BaseModel):
         if self.method == "sft" and self.replay_weight:
             raise ValueError("--replay-weight applies to GRPO only (SFT already trains on every reference answer); "
                              "drop it or pass --method grpo")
+        if self.method == "sft" and self.beta:
+            raise ValueError("--beta is GRPO's KL coefficient (SFT has no reference policy): drop it or pass --method "
+                             "grpo")
         if self.replay_focus != "all" and not self.replay_weight:
             raise ValueError(f"--replay-focus {self.replay_focus} chooses what GRPO replays: give --replay-weight "
                              "above 0 too (or drop --replay-focus)")
@@ -175,7 +178,8 @@ class TrainConfig(BaseModel):
 
         check_version(Path(self.dataset))  # files, manifest and every row training reads: one line, before any flow
         if self.skip_tasks and not Path(self.skip_tasks).is_file():
-            raise ValueError(f"--skip-tasks {self.skip_tasks} does not exist: pass the per_task.parquet of "
+            what = "is not a regular file" if os.path.lexists(self.skip_tasks) else "does not exist"
+            raise ValueError(f"--skip-tasks {self.skip_tasks} {what}: pass the per_task.parquet of "
                              "`flywheel eval --split train`")
         if self.skip_tasks:  # a corrupted file, or one that skips everything: this one line, not a training traceback
             from flywheel.tasks.data.publish import read_split

@@ -93,7 +93,9 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
              (["--replay-focus", "tool"], "--replay-focus: Input should be 'all' or 'tools'"),
              (["--replay-focus", "tools"], "give --replay-weight above 0 too"),
              (["--skip-tasks", str(tmp_path / "nope.parquet")], "flywheel eval --split train"),
-             (["--model", str(tmp_path)], str(tmp_path))]
+             (["--model", str(tmp_path)], str(tmp_path)),
+             (["--method", "sft", "--beta", "0.04"], "--beta is GRPO's KL coefficient"),
+             (["--skip-tasks", str(tmp_path)], "is not a regular file")]
     for extra, needle in cases:
         result = runner.invoke(app, ["train", "--dataset", dataset, "--out", str(tmp_path / "o"), *extra])
         assert result.exit_code == 1 and needle in result.output, (extra, result.output)
