@@ -54,6 +54,7 @@ from flywheel.tasks.data.publish import publish, read_manifest
 from flywheel.tasks.data.quality import QualityParams, failed_expectations, run_suite
 from flywheel.tasks.data.seeds import env_paths
 from flywheel.tasks.data.split import contamination, split_table
+from flywheel.tasks.files import check_destination
 from flywheel.verifiers.envs import get_env
 
 FINAL_SCHEMA = {**ACCEPTED_SCHEMA, "group_id": pl.String, "split": pl.String}
@@ -190,6 +191,8 @@ def select_rows(config: GenerateConfig, prior: str | None, candidates: int, log:
 @flow(name="generate-dataset")
 def generate_dataset(config: GenerateConfig) -> GenerateResult:
     t_start = time.perf_counter()
+    check_destination(Path(config.out), "--out")  # the CLI checked it; a deployment run skips the CLI
+    check_destination(Path(config.cache_path), "--cache-dir")
     seeds_path, tools_path = env_paths(config.env, Path(config.seeds_dir))
     tools, seeds = load_env(config.seeds_dir, config.env)  # fails fast on a bad seed line
     strata = get_env(config.env).strata(seeds, tools)

@@ -28,7 +28,7 @@ from flywheel.flows.promote import promote_model
 from flywheel.flows.results import EvalSummary, PromoteResult, Result, RunSummary, StageSummary, TrainResult
 from flywheel.flows.runtime import link_artifacts
 from flywheel.flows.train import train_policy
-from flywheel.tasks.files import write_text_atomic
+from flywheel.tasks.files import check_destination, write_text_atomic
 from flywheel.tasks.release.gate import Delta, GateConfig, pick_stage
 from flywheel.tasks.training.train import TrainConfig
 
@@ -266,6 +266,7 @@ def gate_line(pick: str, gate: PromoteResult) -> str:
 def run_pipeline(config: RunConfig) -> RunSummary:
     t0 = time.perf_counter()
     out = Path(config.out)
+    check_destination(out, "--out")  # the CLI checked it; a deployment run skips the CLI
     if warning := speed_warning(config):
         from prefect.logging import get_run_logger
 

@@ -24,10 +24,10 @@ from flywheel.flows.results import TrainResult, TrainRun
 from flywheel.flows.runtime import link_artifacts, progress
 from flywheel.schemas import EvalReport
 from flywheel.tasks.data.publish import read_manifest
-from flywheel.tasks.inference.models import adapter_base, fingerprint
+from flywheel.tasks.inference.models import adapter_base, fingerprint, resolve_model
 from flywheel.tasks.inference.policy import release
 from flywheel.tasks.release.registry import Registry
-from flywheel.tasks.training.train import TrainConfig, train
+from flywheel.tasks.training.train import TrainConfig, check_train_paths, train
 from flywheel.verifiers import get_verifier
 
 GPU_LIMIT = "gpu"
@@ -81,6 +81,11 @@ def lineage(config: TrainConfig, result: TrainRun, parent: str | None) -> dict[s
 @flow(name="train-policy", persist_result=True)
 def train_policy(config: TrainConfig, evaluation: EvalConfig | None = None, registry: str | None = None,
                  parent: str | None = None) -> TrainResult:
+    check_train_paths(Path(config.out), resolve_model(config.model), Path(registry) if registry else None, parent)
+    if evaluation is not None and (Path(evaluation.dataset).resolve() != Path(config.dataset).resolve()
+                                   or evaluation.split != "heldout"):
+        raise ValueError(f"evaluation must be of the trained dataset's held-out split ({config.dataset}), not "
+                         f"{evaluation.split} of {evaluation.dataset}: the registered metrics describe that eval")
     release("vllm")  # an eval's vLLM engine would hold its KV cache's memory through training
     result = train_adapter(config)
     create_markdown_artifact(key=f"train-{config.method}", markdown=history_markdown(result),

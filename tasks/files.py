@@ -29,6 +29,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -196,3 +197,37 @@ def read_regular(path: Path, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise ValueError(f"larger than {max_bytes // 1024} KB")
     return data
+
+
+def published_version(path: Path) -> Path | None:
+    """The published dataset version folder (``v-`` and 12 hex digits, holding manifest.json) that ``path`` is or
+    lies in, links resolved; None when it is in none."""
+    resolved = path.resolve()
+    for folder in (resolved, *resolved.parents):
+        if re.fullmatch(r"v-[0-9a-f]{12}", folder.name) and (folder / "manifest.json").is_file():
+            return folder
+    return None
+
+
+def registry_root(path: Path) -> Path | None:
+    """The model registry (a folder holding events/ and versions/) that ``path`` is or lies in, links resolved;
+    None when it is in none."""
+    resolved = path.resolve()
+    for folder in (resolved, *resolved.parents):
+        if (folder / "events").is_dir() and (folder / "versions").is_dir():
+            return folder
+    return None
+
+
+def check_destination(path: Path, option: str, registry_ok: bool = False) -> None:
+    """ValueError when ``path`` (an output: a file or a folder to write in) lies inside a published dataset version
+    or, unless ``registry_ok`` (the registry's own commands), a model registry: only ``publish`` and the registry
+    write there. Run by the CLI before any flow and by each flow at its start (a deployment run skips the CLI)."""
+    version = published_version(path)
+    if version is not None:
+        raise ValueError(f"{option} {path} is inside the published dataset version {version}: a version is never "
+                         f"written to (its files are checked against manifest.json); choose a path outside it")
+    registry = None if registry_ok else registry_root(path)
+    if registry is not None:
+        raise ValueError(f"{option} {path} is inside the model registry {registry}: only registry commands write "
+                         "there (its versions are checked against their hashes); choose a path outside it")

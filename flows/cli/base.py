@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,8 @@ from typing import Any, NoReturn
 for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
                      "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false"}.items():
     os.environ.setdefault(_key, _value)  # before Prefect is imported: it reads them once
+for _key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ[_key] = "1"  # no network at run time: nothing is fetched from a hub (read once, on import)
 
 import typer  # noqa: E402
 from pydantic import BaseModel, ValidationError  # noqa: E402
@@ -156,26 +157,6 @@ def with_progress(run: Callable[[], Any]) -> Any:
             set_progress(None)
 
 
-def published_version(path: Path) -> Path | None:
-    """The published dataset version folder (``v-`` and 12 hex digits, holding manifest.json) that ``path`` is or
-    lies in, links resolved; None when it is in none."""
-    resolved = path.resolve()
-    for folder in (resolved, *resolved.parents):
-        if re.fullmatch(r"v-[0-9a-f]{12}", folder.name) and (folder / "manifest.json").is_file():
-            return folder
-    return None
-
-
-def registry_root(path: Path) -> Path | None:
-    """The model registry (a folder holding events/ and versions/) that ``path`` is or lies in, links resolved;
-    None when it is in none."""
-    resolved = path.resolve()
-    for folder in (resolved, *resolved.parents):
-        if (folder / "events").is_dir() and (folder / "versions").is_dir():
-            return folder
-    return None
-
-
 def check_output(path: Path, option: str, folder_wanted: bool = False,
                  inputs: tuple[tuple[str, Path], ...] = (), registry_ok: bool = False) -> None:
     """Fail before any work when ``path`` cannot become a file (or, ``folder_wanted``, a folder): a folder where a
@@ -183,14 +164,9 @@ def check_output(path: Path, option: str, folder_wanted: bool = False,
     guards the write itself), a path inside a published dataset version or (unless ``registry_ok``: the registry's
     own commands) a model registry, or one of the command's ``inputs`` (option, path): writing it would destroy what
     is being read. Raises ValueError."""
-    version = published_version(path)
-    if version is not None:
-        raise ValueError(f"{option} {path} is inside the published dataset version {version}: a version is never "
-                         f"written to (its files are checked against manifest.json); choose a path outside it")
-    registry = None if registry_ok else registry_root(path)
-    if registry is not None:
-        raise ValueError(f"{option} {path} is inside the model registry {registry}: only registry commands write "
-                         "there (its versions are checked against their hashes); choose a path outside it")
+    from flywheel.tasks.files import check_destination
+
+    check_destination(path, option, registry_ok)
     for name, source in inputs:
         if path.exists() and source.exists() and os.path.samefile(path, source):  # links and hard links too
             raise ValueError(f"{option} {path} is the same file as {name} {source}: writing it would overwrite the "

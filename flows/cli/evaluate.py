@@ -87,6 +87,7 @@ def eval_(
     from flywheel.flows.config import EvalConfig
     from flywheel.flows.eval import run_eval
     from flywheel.schemas import Thresholds
+    from flywheel.tasks.inference.models import check_model
 
     try:
         config = EvalConfig(
@@ -97,6 +98,8 @@ def eval_(
             thresholds=Thresholds(sft_below_valid=sft_below_valid, rl_min_pass_at_k=rl_min_pass_at_k,
                                   done_at_pass_at_1=done_at_pass_at_1))
         check_output(out, "--out", folder_wanted=True)
+        if config.backend != "openai":  # a local model folder: checked before the flow (openai: a served name)
+            check_model(config.model)
         summary = with_progress(lambda: run_eval(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))

@@ -26,12 +26,18 @@ def serve(
     import uvicorn
 
     from flywheel.tasks.inference.hf import HFChatModel
+    from flywheel.tasks.inference.models import check_model
     from flywheel.tasks.inference.serving import create_app
+    from flywheel.verifiers.common import one_line
 
     try:
-        app_ = create_app(HFChatModel(model, prompt_lookup=prompt_lookup), name, max_body_kb, max_waiting)
-    except (ValueError, RuntimeError, OSError) as exc:
+        check_model(model)  # a bad folder: one line naming the file, before anything loads
+    except (ValueError, OSError) as exc:
         fail(explain(exc))
+    try:
+        app_ = create_app(HFChatModel(model, prompt_lookup=prompt_lookup), name, max_body_kb, max_waiting)
+    except Exception as exc:  # whatever the loaders raise for a model they cannot load (not a bug here): one line
+        fail(f"cannot load --model {model or 'embedded'}: {one_line(exc, 600)}")
     err.print(f"serving {name} on http://{host}:{port}/v1", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
 

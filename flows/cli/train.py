@@ -64,8 +64,8 @@ def train(
 ) -> None:
     """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
     from flywheel.flows.config import EvalConfig
-    from flywheel.tasks.inference.models import resolve_model
-    from flywheel.tasks.training.train import TrainConfig, check_claim
+    from flywheel.tasks.inference.models import check_model, resolve_model
+    from flywheel.tasks.training.train import TrainConfig, check_claim, check_train_paths
 
     try:
         config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
@@ -84,7 +84,10 @@ def train(
         evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
                                 max_tokens=max_completion_length, prefix_cache=prefix_cache)
         check_output(out, "--out", folder_wanted=True)
-        _check_train_paths(out, start, registry, parent)
+        if registry:
+            check_output(registry, "--registry", folder_wanted=True, registry_ok=True)
+        check_train_paths(out, start, registry, parent)  # train_policy runs it again (a deployment skips the CLI)
+        check_model(model)  # a crafted adapter or base: one line naming the file, before the flow loads it
         check_claim(out, config)  # OUT holding another run's options: found now, not inside the flow
         from flywheel.flows.train import train_policy  # TRL and the eval flow: imported once every check has passed
 
@@ -99,36 +102,6 @@ def train(
     if summary.version:
         err.print(f"registered {summary.version} as candidate in {registry}", highlight=False)
     typer.echo(summary.adapter)
-
-
-def _check_train_paths(out: Path, start: Path, registry: Path | None, parent: str | None) -> None:
-    """Before training: OUT must not hold the --model adapter (the new adapter/ replaces OUT/adapter); the registry
-    must be usable now, not found damaged after training: a registry that reads whole (and knows --parent), or a
-    new or empty folder, never one inside OUT or a published version or OUT inside it. ValueError."""
-    from flywheel.tasks.release.registry import Registry
-
-    here = out.resolve()
-    if start.resolve() == here or here in start.resolve().parents:
-        raise ValueError(f"--out {out} holds the --model adapter {start}: training writes OUT/adapter and would "
-                         "destroy its own input; choose another --out")
-    if registry is None:
-        if parent:
-            raise ValueError(f"--parent {parent} names a registry version: pass --registry too")
-        return
-    check_output(registry, "--registry", folder_wanted=True, registry_ok=True)
-    if registry.resolve() == here or registry.resolve() in here.parents:
-        raise ValueError(f"--out {out} is inside --registry {registry}: a registry holds registered versions "
-                         "only; choose an --out outside it")
-    reg = Registry(registry)
-    if reg.exists():
-        reg.events()  # a damaged log is one line now
-        if parent:
-            reg.version(parent)  # so is an unknown --parent (it would only fail at registration, after training)
-    elif registry.is_dir() and any(registry.iterdir()):
-        raise ValueError(f"--registry {registry} is a folder of other files, not a model registry: name an existing "
-                         "registry or a new folder")
-    elif parent:
-        raise ValueError(f"--parent {parent}: there is no registry at {registry} yet to hold it")
 
 
 @app.command("run")

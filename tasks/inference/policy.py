@@ -71,8 +71,9 @@ def make_backend(kind: str, model: str | None, base_url: str | None = None, *, b
         return OpenAIBackend(base_url, model, concurrency, timeout_s, retries, api_key, native_tools)
     if kind not in ("transformers", "vllm"):
         raise ValueError(f"unknown backend {kind!r}; choose transformers, vllm or openai")
-    from flywheel.tasks.inference.models import fingerprint, is_adapter, resolve_model
+    from flywheel.tasks.inference.models import check_model, fingerprint, is_adapter, resolve_model
 
+    check_model(model)  # before anything loads: vLLM reads a checkpoint folder itself
     path = resolve_model(model)
     files = fingerprint(path) if is_adapter(path) else None
     key = (kind, model, batch_size if kind == "transformers" else 0, prefix_cache, files)

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from flywheel.schemas import Task
 from flywheel.schemas.records import MAX_SEED, strict_json
 from flywheel.tasks.data.validate import reference_completion
-from flywheel.tasks.files import read_regular, share_tree, write_text_atomic
+from flywheel.tasks.files import check_destination, read_regular, share_tree, write_text_atomic
 from flywheel.tasks.training.margins import margin_score, reference_margins
 from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
@@ -272,6 +272,40 @@ def _save_adapter(trainer: Any, out: Path, best: Any = None) -> tuple[Path, int 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target, selected
+
+
+def check_train_paths(out: Path, start: Path, registry: Path | None, parent: str | None) -> None:
+    """Before training (the CLI, and ``train_policy`` itself: a deployment run skips the CLI): OUT lies outside
+    published versions and registries and does not hold the start adapter (the new adapter/ replaces
+    OUT/adapter); the registry is usable now, not found damaged after training: one that reads whole (and knows
+    --parent), or a new or empty folder, never a file, one inside a published version, or OUT's folder. ValueError."""
+    from flywheel.tasks.release.registry import Registry
+
+    check_destination(out, "--out")
+    here = out.resolve()
+    if start.resolve() == here or here in start.resolve().parents:
+        raise ValueError(f"--out {out} holds the --model adapter {start}: training writes OUT/adapter and would "
+                         "destroy its own input; choose another --out")
+    if registry is None:
+        if parent:
+            raise ValueError(f"--parent {parent} names a registry version: pass --registry too")
+        return
+    check_destination(registry, "--registry", registry_ok=True)
+    if registry.resolve() == here or registry.resolve() in here.parents:
+        raise ValueError(f"--out {out} is inside --registry {registry}: a registry holds registered versions "
+                         "only; choose an --out outside it")
+    reg = Registry(registry)
+    if reg.exists():
+        reg.events()  # a damaged log is one line now
+        if parent:
+            reg.version(parent)  # so is an unknown --parent (it would only fail at registration, after training)
+    elif registry.exists() and not registry.is_dir():
+        raise ValueError(f"--registry {registry} is a file; name a folder")
+    elif registry.is_dir() and any(registry.iterdir()):
+        raise ValueError(f"--registry {registry} is a folder of other files, not a model registry: name an existing "
+                         "registry or a new folder")
+    elif parent:
+        raise ValueError(f"--parent {parent}: there is no registry at {registry} yet to hold it")
 
 
 def check_claim(out: Path, config: TrainConfig) -> None:

@@ -29,7 +29,7 @@ CHANGED = ": the dataset was changed after publishing; regenerate it"
 
 @pytest.fixture
 def copy(tool_dataset: str, tmp_path: Path) -> Path:
-    version = tmp_path / "ds" / Path(tool_dataset).name
+    version = tmp_path / "ds" / "tool_call" / Path(tool_dataset).name  # as published: OUT/NAME/VERSION
     shutil.copytree(tool_dataset, version)
     return version
 

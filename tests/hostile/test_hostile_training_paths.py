@@ -97,4 +97,36 @@ def test_run_and_eval_outs_are_checked_before_the_run(paths) -> None:
         assert code == 1 and message in _one_error(output), output
     code, output = _invoke("eval", "--dataset", str(paths["dataset"]), "--out", str(paths["reg"] / "eval"))
     assert code == 1 and "is inside the model registry" in _one_error(output), output
-    assert not (paths["reg"] / "eval").exists()
+    code, output = _invoke("registry", "export", "candidate", "--registry", str(paths["reg"]), "--out",
+                           str(paths["reg"] / "versions" / "exported"))
+    assert code == 1 and "is inside the model registry" in _one_error(output), output
+    assert not (paths["reg"] / "eval").exists() and not (paths["reg"] / "versions" / "exported").exists()
+
+
+def test_a_deployment_run_gets_the_same_path_checks_as_the_cli(paths, prefect_api) -> None:
+    """A Prefect deployment (the UI's Run, a schedule) calls the flow with JSON parameters and skips the CLI. Before:
+    generate wrote a nested version and its cache into a published version, and train wrote train_config.json
+    there, each "Completed" or failing only later."""
+    from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig
+    from flywheel.flows.generate import generate_dataset
+    from flywheel.flows.pipeline import run_pipeline
+    from flywheel.flows.train import train_policy
+    from flywheel.tasks.training.train import TrainConfig
+
+    dataset, version, tmp = paths["dataset"], paths["version"], paths["tmp"]
+    before = sorted(p.name for p in dataset.iterdir())
+    with pytest.raises(ValueError, match=f"--out {dataset} is inside the published dataset version {dataset}"):
+        generate_dataset(GenerateConfig(env="tool_call", n=20, out=str(dataset)))
+    with pytest.raises(ValueError, match="--cache-dir .* is inside the model registry"):
+        generate_dataset(GenerateConfig(env="tool_call", n=20, out=str(tmp / "d"), cache_dir=str(version)))
+    with pytest.raises(ValueError, match="is inside the model registry"):
+        run_pipeline(RunConfig(out=str(paths["reg"])))
+    with pytest.raises(ValueError, match="is inside the published dataset version"):
+        train_policy(TrainConfig(dataset=str(dataset), out=str(dataset)))
+    with pytest.raises(ValueError, match="is a folder of other files, not a model registry"):
+        train_policy(TrainConfig(dataset=str(dataset), out=str(tmp / "o")), registry=str(paths["other"]))
+    with pytest.raises(ValueError, match="evaluation must be of the trained dataset's held-out split"):
+        train_policy(TrainConfig(dataset=str(dataset), out=str(tmp / "o")),
+                     EvalConfig(dataset=str(dataset), out=str(tmp / "e"), split="train"))
+    assert sorted(p.name for p in dataset.iterdir()) == before and not (tmp / "o").exists()
+    assert not (tmp / "d").exists()
