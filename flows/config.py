@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -33,6 +34,16 @@ BACKEND_HELP = ("auto: vllm when it is installed (.venv-vllm or importable) and 
 PREFIX_CACHE_HELP = ("transformers backend: prefill a prompt prefix shared by several requests once and reuse its KV "
                      "cache (and an agent's from step to step); GRPO's updates run the prompt prefix a pass shares "
                      "once; --no-prefix-cache prefills every prompt whole (the old paths, for comparison).")
+
+
+def no_credentials(url: str | None) -> str | None:
+    """``url`` when it holds no user or password: the URL is recorded in manifests and eval reports (and shown in
+    the UI's artifacts); the key goes in $OPENAI_API_KEY."""
+    parts = urlsplit(url or "")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("--base-url must not hold a user or password (it is written into manifests and reports): "
+                         "pass the key as $OPENAI_API_KEY")
+    return url
 
 
 def check_parent(folder: str, env: str) -> None:
@@ -78,6 +89,8 @@ class GenerateConfig(BaseModel):
     def _name(cls, name: str | None) -> str | None:
         return None if name is None else folder_name(name)  # the version lands in OUT/<name>/
 
+    _base_url = field_validator("base_url")(no_credentials)
+
     @model_validator(mode="after")
     def _check(self) -> GenerateConfig:
         if self.backend == "openai" and not (self.base_url and self.model):
@@ -116,6 +129,7 @@ class EvalConfig(BaseModel):
     model: str | None = None  # checkpoint or adapter folder, or served model name (openai); None: embedded
     backend: Literal["auto", "transformers", "vllm", "openai"] = Field(default="auto", description=BACKEND_HELP)
     base_url: str | None = None
+    _base_url = field_validator("base_url")(no_credentials)
     samples: int = Field(default=1, ge=1, le=256)
     limit: int | None = Field(default=None, ge=1)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)

@@ -27,12 +27,13 @@ from flywheel.flows.config import EvalConfig
 from flywheel.flows.results import BatchCounts, EvalResult
 from flywheel.flows.runtime import chunks, code_version, link_artifacts, progress, write_rows
 from flywheel.schemas import DatasetManifest, EvalReport, Task
-from flywheel.tasks.data.publish import check_version, read_manifest, read_split
+from flywheel.schemas.evaluation import MAX_REPORT_BYTES
+from flywheel.tasks.data.publish import check_version, file_sha256, read_split
 from flywheel.tasks.evaluation.metrics import buckets, decide, per_task, summarize, task_pass
 from flywheel.tasks.evaluation.report import markdown, plots
 from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, plan, run_batch
-from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.inference.models import adapter_base, fingerprints, is_adapter, resolve_model
+from flywheel.tasks.files import check_destination, read_regular, write_text_atomic
+from flywheel.tasks.inference.models import adapter_base, check_model, fingerprints, is_adapter, resolve_model
 from flywheel.tasks.inference.policy import Backend, Sampling, make_backend, pick_backend
 from flywheel.verifiers import get_verifier
 from flywheel.verifiers.envs import get_env
@@ -50,7 +51,7 @@ def split_file(config: EvalConfig) -> tuple[Path, DatasetManifest]:
 def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any]]:
     """The split's tasks ordered by id (stable, spread over tools), cut to --limit; their tool labels."""
     version = Path(config.dataset)
-    manifest = read_manifest(version)
+    manifest = check_version(version, (config.split,), config.limit)  # run_eval checked it; a deployment did not
     frame = read_split(version, config.split, ["id", "tool", "task"], manifest).sort("id")
     if config.limit:
         frame = frame.head(config.limit)
@@ -63,18 +64,19 @@ def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any
 
 
 def model_info(config: EvalConfig, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The report's model (ref, backend, model_id, files' hash) and its identity in batch keys: a local model by
-    the files that decide what it writes (and an adapter by its base too), not by its folder (GRPO's kept start
-    adapter is SFT's weights, saved again), so a batch of the same weights elsewhere is the same batch; a served
-    model by its URL and name."""
+    """The report's model (ref, backend, model_id, the hash of all its files and, ``weights``, of those that decide
+    what it writes) and its identity in batch keys: a local model by the files that decide what it writes (and an
+    adapter by its base too), not by its folder (GRPO's kept start adapter is SFT's weights, saved again), so a
+    batch of the same weights elsewhere is the same batch; a served model by its URL and name."""
     if kind == "openai":
         model_id = f"{(config.base_url or '').rstrip('/')}#{config.model}"
-        return {"ref": config.model, "backend": kind, "model_id": model_id, "hash": None}, {"backend": kind,
-                                                                                           "model_id": model_id}
+        return ({"ref": config.model, "backend": kind, "model_id": model_id, "hash": None, "weights": None},
+                {"backend": kind, "model_id": model_id})
     path = resolve_model(config.model)
     every, output = fingerprints(path)
     base = str(adapter_base(path).resolve()) if is_adapter(path) else None
-    return ({"ref": config.model or "embedded", "backend": kind, "model_id": str(path), "hash": every},
+    return ({"ref": config.model or "embedded", "backend": kind, "model_id": str(path), "hash": every,
+             "weights": output},
             {"backend": kind, "weights": output, "base": base})
 
 
@@ -100,37 +102,55 @@ def group_calls(pending: list[tuple[str, list[Item]]], rows: int) -> list[list[t
     return calls
 
 
-def reuse_batch(path: Path, folders: tuple[str, ...], items: list[Item]) -> str | None:
-    """Copy batch file ``path``'s namesake from an earlier eval folder (``EvalConfig.reuse``): its name is the hash
-    of everything its rows depend on, so a finished one there holds the rows this eval would write. One that is not
-    a plain file of exactly the rollout columns and types, for exactly ``items``' tasks, samples and seeds, is
-    skipped: the batch runs. Returns the folder it was copied from, or None."""
+def verified_rollouts(folder: Path) -> pl.DataFrame | None:
+    """An earlier eval's rollouts (``EvalConfig.reuse``) when its report.json vouches for them (the sha256 it
+    records, the rollout columns and types), else None: a reused folder's rows are never taken on trust, and a
+    folder that cannot vouch for them is simply not reused (its batches run)."""
+    try:
+        report = EvalReport.model_validate_json(read_regular(folder / "report.json", MAX_REPORT_BYTES))
+        if not report.rollouts_sha256 or file_sha256(folder / "rollouts.parquet") != report.rollouts_sha256:
+            return None
+        rows = pl.read_parquet(folder / "rollouts.parquet")
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
+    return rows if dict(rows.schema) == ROLLOUT_SCHEMA else None
+
+
+def batch_rows(rows: pl.DataFrame, items: list[Item]) -> pl.DataFrame | None:
+    """``rows`` holding exactly ``items``' tasks, samples and seeds, in their order, or None."""
     want = [(task.id, sample, seed) for task, _, sample, seed in items]
-    for folder in folders:
-        source = Path(folder) / "batches" / path.name
-        if source.is_symlink() or not source.is_file():
-            continue
-        try:
-            rows = pl.read_parquet(source)
-        except (pl.exceptions.PolarsError, OSError):
-            continue  # not parquet
-        if dict(rows.schema) == ROLLOUT_SCHEMA and rows.select("task_id", "sample", "seed").rows() == want:
-            write_rows(rows, path, ROLLOUT_SCHEMA)
-            return folder
-    return None
+    keys = pl.DataFrame(want, schema={k: ROLLOUT_SCHEMA[k] for k in ("task_id", "sample", "seed")}, orient="row")
+    picked = keys.with_row_index("_at").join(rows, on=["task_id", "sample", "seed"], how="inner").sort("_at")
+    return picked.select(list(ROLLOUT_SCHEMA)) if picked.height == len(want) == picked["_at"].n_unique() else None
+
+
+def _own_batch(path: Path, items: list[Item]) -> bool:
+    """A finished batch file in OUT/batches (a resumed run): exactly the rollout columns and rows; a damaged one
+    runs again."""
+    try:
+        rows = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError):
+        return False
+    return dict(rows.schema) == ROLLOUT_SCHEMA and rows.select("task_id", "sample", "seed").rows() == \
+        [(task.id, sample, seed) for task, _, sample, seed in items]
 
 
 def pending_batches(paths: list[Path], batches: list[list[tuple[int, int, int]]], tasks: list[Task],
                     tools: list[str], reuse: tuple[str, ...]) -> tuple[list[tuple[str, list[Item]]], dict[str, int]]:
-    """The batches left to run: not finished in OUT/batches, nor copied from a ``reuse`` folder; and how many
-    were copied from each folder."""
+    """The batches left to run: not finished in OUT/batches, nor found among the vouched-for rollouts of a
+    ``reuse`` folder (the same batch key: the same rows); and how many were copied from each folder."""
     pending, copied = [], {}
+    sources = [(folder, rows) for folder in reuse if (rows := verified_rollouts(Path(folder))) is not None]
     for path, batch in zip(paths, batches):
         items = [(tasks[t], tools[t], s, seed) for t, s, seed in batch]
-        if path.is_file():
+        if path.is_file() and not path.is_symlink() and _own_batch(path, items):
             continue
-        if folder := reuse_batch(path, reuse, items):
-            copied[folder] = copied.get(folder, 0) + 1
+        for folder, rows in sources:
+            found = batch_rows(rows, items)
+            if found is not None and (Path(folder) / "batches" / path.name).is_file():  # same key: same weights
+                write_rows(found, path, ROLLOUT_SCHEMA)
+                copied[folder] = copied.get(folder, 0) + 1
+                break
         else:
             pending.append((str(path), items))
     return pending, copied
@@ -172,7 +192,9 @@ def write_outputs(out: Path, report: EvalReport, frame: pl.DataFrame) -> EvalRep
     write_rows(frame, out / "rollouts.parquet", ROLLOUT_SCHEMA)
     table = per_task(frame)
     write_rows(table, out / "per_task.parquet", dict(table.schema))
-    report = report.model_copy(update={"files": {**report.files, **plots(report, frame, out)}})
+    # the report vouches for these exact rollouts: `flywheel promote` refuses a rollouts.parquet it does not name
+    report = report.model_copy(update={"files": {**report.files, **plots(report, frame, out)},
+                                       "rollouts_sha256": file_sha256(out / "rollouts.parquet")})
     write_text_atomic(out / "report.md", markdown(report))
     # last: its presence means complete
     write_text_atomic(out / "report.json", report.model_dump_json(indent=2) + "\n")
@@ -183,7 +205,13 @@ def write_outputs(out: Path, report: EvalReport, frame: pl.DataFrame) -> EvalRep
 def eval_policy(config: EvalConfig) -> EvalResult:
     t0 = time.perf_counter()
     out = Path(config.out)
+    check_destination(out, "--out")  # the CLI checked it; a deployment run skips the CLI
     tasks, tools, dataset = load_split(config)
+    if config.backend != "openai":  # a bad model fails before anything in OUT is touched
+        resolve_model(config.model)
+        check_model(config.model)
+    # an earlier run's report must not stand beside this run's rollouts if this one is killed before its own
+    (out / "report.json").unlink(missing_ok=True)
     (out / "batches").mkdir(parents=True, exist_ok=True)
     import torch
 

@@ -3,9 +3,13 @@ the gate report (registry + Prefect artifact), and move the production alias onl
 override names its reason.
 
 Contract: ``promote_model(...)`` returns the gate summary and the event (None when nothing moved). Both evals must
-come from ``flywheel eval`` on the same dataset content and split with the same rollouts (task, sample, seed):
-:func:`load_evals` checks that (and that both folders read) and raises one-line ``GateError``s, so the CLI calls
-it before the flow starts. The gate report is written before the alias moves, so a kill in between leaves
+come from ``flywheel eval`` on the same dataset content, the held-out split, the same rollouts (task, sample,
+seed), success threshold, sampling settings and verifier versions; each report.json must name the sha256 of the
+rollouts.parquet beside it (only production's eval kept in the registry, hash-checked there, may predate that),
+and the rollouts must be what ``flywheel eval`` writes (column types, nulls, success = valid and reward >=
+threshold). :func:`load_evals` checks all that and raises one-line ``GateError``s, and :func:`check_candidate`
+that the candidate eval measured the registered version's weights, so the CLI calls both before the flow starts
+(the flow checks again). The gate report is written before the alias moves, so a kill in between leaves
 production where it was.
 """
 
@@ -24,53 +28,127 @@ from pydantic import ValidationError
 from flywheel.flows.results import PromoteResult
 from flywheel.flows.runtime import link_artifacts
 from flywheel.schemas import EvalReport
-from flywheel.tasks.files import write_text_atomic
-from flywheel.tasks.release.gate import KEY, GateConfig, GateError, gate, markdown, paired
+from flywheel.schemas.evaluation import MAX_REPORT_BYTES
+from flywheel.schemas.registry import ModelVersion
+from flywheel.tasks.data.publish import file_sha256
+from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA
+from flywheel.tasks.files import read_regular, write_text_atomic
+from flywheel.tasks.inference.models import fingerprints
+from flywheel.tasks.release.gate import KEY, GateConfig, GateError, gate, markdown, paired, plain, task_deltas
 from flywheel.tasks.release.registry import Registry
 from flywheel.verifiers.common import one_line
 
-ROLLOUT_COLUMNS = (*KEY, "tool", "success", "valid_output", "unsafe", "latency_s", "completion_tokens",
-                   "steps")  # what the gate reads
+ROLLOUT_COLUMNS = (*KEY, "tool", "success", "valid", "reward", "valid_output", "unsafe", "latency_s",
+                   "completion_tokens", "steps")  # what the gate reads and the checks below
+SAME_RUN = ("temperature", "top_p", "max_tokens", "max_steps")  # sampling settings that change the rollouts
+REFRESH = "run `flywheel eval` again"
 
 
 def _why(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         e = exc.errors()[0]
-        return f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}"
+        return f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg'].removeprefix('Value error, ')}"
     return one_line(exc)
 
 
-def _load_eval(folder: Path, flag: str) -> tuple[EvalReport, pl.DataFrame]:
+def _rules(threshold: float) -> list[tuple[str, pl.Expr]]:
+    """How `flywheel eval` writes rollouts (``tasks.evaluation.metrics.outcome``), as (what, rows that break it)."""
+    scored = pl.col("valid") & pl.col("reward").is_not_null()
+    return [("task_id, sample, seed, tool, valid, latency_s, completion_tokens and steps are never null",
+             pl.any_horizontal(pl.col(*KEY, "tool", "valid", "latency_s", "completion_tokens", "steps").is_null())),
+            ("no two rows share (task_id, sample, seed)", pl.struct(KEY).is_duplicated()),
+            ("latency_s is finite and >= 0, completion_tokens and steps >= 0",
+             ~pl.col("latency_s").is_finite() | (pl.col("latency_s") < 0) | (pl.col("completion_tokens") < 0)
+             | (pl.col("steps") < 0)),
+            ("reward is finite or null", pl.col("reward").is_not_null() & ~pl.col("reward").is_finite()),
+            ("success, valid_output and unsafe are null exactly where the verdict is not scored (valid false or "
+             "reward null)", pl.any_horizontal(pl.col("success", "valid_output", "unsafe").is_null() == scored)),
+            (f"success is (reward >= the report's success_threshold {threshold}) where scored",
+             scored & (pl.col("success") != (pl.col("reward") >= threshold)))]
+
+
+def _load_eval(folder: Path, flag: str, kept: bool = False) -> tuple[EvalReport, pl.DataFrame]:
+    """One eval folder, checked; ``kept``: production's eval kept (and hash-checked) by the registry."""
     report, rollouts = folder / "report.json", folder / "rollouts.parquet"
     if not (report.is_file() and rollouts.is_file()):
         raise GateError(f"{flag} {folder} is not a finished eval "
                         "(needs report.json and rollouts.parquet from `flywheel eval`)")
+    try:  # bytes: non-UTF-8 is a validation error too; bounded: a huge file is refused, not read
+        parsed = EvalReport.model_validate_json(read_regular(report, MAX_REPORT_BYTES))
+    except (ValueError, OSError) as exc:  # ValidationError is a ValueError
+        raise GateError(f"{flag} {report} is not a `flywheel eval` report ({_why(exc)}); {REFRESH}") from None
+    if parsed.rollouts_sha256 is None and not kept:
+        raise GateError(f"{flag} {report} names no rollouts_sha256 (written by an older `flywheel eval`): {REFRESH}")
+    if parsed.rollouts_sha256 is not None and file_sha256(rollouts) != parsed.rollouts_sha256:
+        raise GateError(f"{flag} {rollouts} is not the file its report.json was written with (sha256 differs): "
+                        f"{REFRESH}")
     try:
-        parsed = EvalReport.model_validate_json(report.read_bytes())  # bytes: non-UTF-8 is a validation error too
-    except (ValidationError, OSError) as exc:
-        raise GateError(f"{flag} {report} is not a `flywheel eval` report ({_why(exc)}); run `flywheel eval` "
-                        "again") from None
-    try:
-        frame = pl.read_parquet(rollouts)
+        schema = pl.read_parquet_schema(rollouts)
+        missing = [c for c in ROLLOUT_COLUMNS if c not in schema]
+        if missing:
+            raise GateError(f"{flag} {rollouts} has no {', '.join(missing)} column(s): not rollouts of `flywheel "
+                            "eval`; run it again")
+        wrong = [f"{c} is {schema[c]}, not {ROLLOUT_SCHEMA[c]}" for c in ROLLOUT_COLUMNS
+                 if schema[c] != ROLLOUT_SCHEMA[c]]
+        if wrong:
+            raise GateError(f"{flag} {rollouts}: {wrong[0]}: not rollouts of `flywheel eval`; {REFRESH}")
+        frame = pl.read_parquet(rollouts, columns=list(ROLLOUT_COLUMNS))
+        broken = [what for what, bad in _rules(parsed.success_threshold)
+                  if frame.select(bad.fill_null(True).any()).item()]
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise GateError(f"{flag} {rollouts} is not a readable parquet file ({_why(exc)}); run `flywheel eval` "
-                        "again") from None
-    missing = [c for c in ROLLOUT_COLUMNS if c not in frame.columns]
-    if missing:
-        raise GateError(f"{flag} {rollouts} has no {', '.join(missing)} column(s): not rollouts of `flywheel eval`; "
-                        "run it again")
+        raise GateError(f"{flag} {rollouts} is not a readable parquet file ({_why(exc)}); {REFRESH}") from None
+    if broken:
+        raise GateError(f"{flag} {rollouts} breaks a rule of `flywheel eval`'s rollouts ({broken[0]}): {REFRESH}")
     return parsed, frame
 
 
-def load_evals(baseline_eval: str, candidate_eval: str) -> tuple[EvalReport, pl.DataFrame, EvalReport, pl.DataFrame]:
-    """Both evals, read and checked comparable (same dataset content, split and rollouts), or one GateError."""
-    base_report, base = _load_eval(Path(baseline_eval), "--baseline-eval")
-    cand_report, cand = _load_eval(Path(candidate_eval), "--candidate-eval")
-    if base_report.dataset.get("content_hash") != cand_report.dataset.get("content_hash") \
-            or base_report.split != cand_report.split:
+def _same_run(base: EvalReport, cand: EvalReport) -> None:
+    """Both evals ran the same way: what decides a rollout's outcome is equal, or one GateError naming the field."""
+    if base.dataset.get("content_hash") != cand.dataset.get("content_hash") or base.split != cand.split:
         raise GateError("the two evals used different datasets or splits: evaluate both on the same version and split")
-    paired(base, cand)  # the same (task, sample, seed) rollouts, or the error says how many differ
+    if base.split != "heldout":
+        raise GateError(f"the evals are of the {one_line(base.split, 40)} split: the gate judges held-out tasks only; "
+                        "evaluate both with --split heldout")
+    fields = {"success_threshold": (base.success_threshold, cand.success_threshold),
+              "verifiers": (base.verifiers, cand.verifiers)}
+    fields |= {f"sampling {k}": (base.sampling.get(k), cand.sampling.get(k)) for k in SAME_RUN}
+    for name, (b, c) in fields.items():
+        if b != c:
+            raise GateError(f"the two evals did not run the same way: {name} {one_line(str(b), 80)} (baseline) vs "
+                            f"{one_line(str(c), 80)} (candidate): evaluate both with the same settings")
+
+
+def load_evals(baseline_eval: str, candidate_eval: str, kept_baseline: bool = False, scored: bool = True
+               ) -> tuple[EvalReport, pl.DataFrame, EvalReport, pl.DataFrame]:
+    """Both evals, read and checked comparable (same dataset content, held-out split, settings and rollouts), or one
+    GateError. ``kept_baseline``: the baseline is production's eval kept in the registry; ``scored``: require a task
+    scored on both sides (the held-out success test needs one; a capability check does not)."""
+    base_report, base = _load_eval(Path(baseline_eval), "--baseline-eval", kept_baseline)
+    cand_report, cand = _load_eval(Path(candidate_eval), "--candidate-eval")
+    _same_run(base_report, cand_report)
+    frame = paired(base, cand)  # the same (task, sample, seed) rollouts, or the error says how many differ
+    if scored:
+        task_deltas(frame)
     return base_report, base, cand_report, cand
+
+
+def check_candidate(reg: Registry, version: ModelVersion, report: EvalReport) -> None:
+    """The candidate eval measured ``version``'s weights (the files that decide its outputs: GRPO's kept start
+    adapter, SFT's weights saved again, matches SFT's eval), or one GateError."""
+    model, adapter = report.model, reg.path(version) / version.adapter
+    ref = one_line(model["ref"], 80)
+    if model.get("hash") is None:
+        raise GateError(f"--candidate-eval was run by the {one_line(model['backend'], 40)} backend ({ref}), which "
+                        f"cannot show which weights answered: evaluate {version.id}'s adapter locally (`flywheel eval "
+                        f"--model {adapter}`)")
+    changed = reg.verify_files(version)
+    if changed:  # the files that would be deployed are not the ones registered
+        raise GateError(f"version {version.id}: {', '.join(changed[:3])} changed since registration: restore the "
+                        "registry")
+    every, weights = fingerprints(adapter)
+    if model.get("weights") != weights and model.get("hash") != every:
+        raise GateError(f"--candidate-eval evaluated {ref}, not the weights of {version.id}: evaluate its adapter "
+                        f"(`flywheel eval --model {adapter}`) or promote the version that eval measured")
 
 
 def production_eval(reg: Registry) -> tuple[str, Path]:
@@ -100,19 +178,24 @@ def promote_model(registry: str, ref: str, baseline_eval: str, candidate_eval: s
     ``gated_against``: the production version whose eval ``baseline_eval`` is (``production_eval``)."""
     reg = Registry(registry)
     version = reg.version(ref)
-    base_report, base, _, cand = load_evals(baseline_eval, candidate_eval)
-    others = {env: load_evals(b, c)[1::2] for env, (b, c) in (capability or {}).items()}
+    kept = reg.path(reg.version(gated_against)) if gated_against is not None else None
+    if kept is not None and Path(baseline_eval).resolve() != kept.resolve():  # (a deployment run's parameters)
+        raise GateError(f"gated_against {gated_against} says the baseline is that version's own eval kept in the "
+                        f"registry, but baseline_eval is {baseline_eval}: pass {kept} or no gated_against")
+    base_report, base, cand_report, cand = load_evals(baseline_eval, candidate_eval, gated_against is not None)
+    check_candidate(reg, version, cand_report)
+    others = {env: load_evals(b, c, scored=False)[1::2] for env, (b, c) in (capability or {}).items()}
     result = gate(base, cand, config, others)
     names = {"baseline": f"{base_report.model['ref']} ({baseline_eval})",
              "candidate": f"{version.id} ({candidate_eval})"}
-    text = markdown(result, names) + (f"\nOverride: {override}\n" if override and not result.passed else "")
+    text = markdown(result, names) + (f"\nOverride: {plain(override)}\n" if override and not result.passed else "")
     gates = Path(registry) / "gates"
     # unique per gate: two gates of one version in one second (one process) overwrote each other's report
     stem = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{version.id}-{uuid.uuid4().hex[:12]}"
     payload = {"version": version.id, "baseline_eval": baseline_eval, "candidate_eval": candidate_eval,
                "capability": capability or {},
                "config": config.model_dump(), "result": result.model_dump(), "override": override}
-    write_text_atomic(gates / f"{stem}.json", json.dumps(payload, indent=2) + "\n")
+    write_text_atomic(gates / f"{stem}.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     write_text_atomic(gates / f"{stem}.md", text)
     create_markdown_artifact(key="gate-report", markdown=text, description=f"promotion gate for {version.id}")
     link_artifacts("gate", {"report": gates / f"{stem}.md", "json": gates / f"{stem}.json"})

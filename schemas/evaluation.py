@@ -2,13 +2,16 @@
 
 Contract: an EvalReport names exactly what was measured (dataset version and content hash, split, model and its
 file hash, backend, sampling, seeds, verifier versions, code version), so any number traces back to its inputs.
+Its ``model`` holds string ``ref``, ``backend`` and ``model_id``, and ``hash`` (every file) and ``weights`` (the
+files that decide the outputs) as sha256 or null (a served model); ``rollouts_sha256`` is the sha256 of the
+rollouts.parquet written beside it (null in reports written before it was recorded).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from flywheel.schemas.records import Record
 
@@ -57,14 +60,28 @@ class TaskPass(Record):
     equal_rewards: int  # tasks whose samples all got the same reward: GRPO learns nothing from them
 
 
+def _model_fields(model: dict[str, Any]) -> dict[str, Any]:
+    """What readers of ``EvalReport.model`` rely on (the dict may hold more)."""
+    for key in ("ref", "backend", "model_id"):
+        if not isinstance(model.get(key), str):
+            raise ValueError(f"model.{key} must be a string")
+    for key in ("hash", "weights"):
+        if not isinstance(model.get(key), str | None):
+            raise ValueError(f"model.{key} must be a string or null")
+    return model
+
+
+MAX_REPORT_BYTES = 16 << 20  # a report is tens of KB; its failure examples are capped
+
+
 class EvalReport(Record):
     dataset: dict[str, Any]
     split: str
-    model: dict[str, Any]
+    model: Annotated[dict[str, Any], AfterValidator(_model_fields)]
     sampling: dict[str, Any]
     seed: int
     samples: int
-    success_threshold: float
+    success_threshold: float = Field(gt=-1.0, le=1.0)
     verifiers: dict[str, str]
     n_tasks: int
     n_rollouts: int
@@ -82,3 +99,4 @@ class EvalReport(Record):
     timings: dict[str, float]
     code_version: str
     created_at: str
+    rollouts_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")

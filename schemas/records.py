@@ -74,8 +74,9 @@ def strict_json(line: bytes) -> Any:
 def folder_name(name: str) -> str:
     """``name`` when it is one folder name (what ``DIR/<name>/`` may be); ValueError otherwise: a dataset name
     becomes a folder, so '..', a '/' or a NUL would put it somewhere else."""
-    if name in ("", ".", "..") or "/" in name or "\0" in name:
-        raise ValueError(f"{name!r} is not a folder name: use letters, digits, '-', '_' or '.', without '/'")
+    if name in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", name):  # also printed in UI artifacts
+        raise ValueError(f"{name!r} is not a folder name: use letters, digits, '-', '_' or '.' (at most 128), "
+                         "without '/'")
     return name
 
 

@@ -193,9 +193,11 @@ def sandbox_processes() -> list[str]:
     return found
 
 
-def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, bootstrap: int = 200) -> Path:
+def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, bootstrap: int = 200,
+             adapter: Path | None = None) -> Path:
     """A `flywheel eval` OUT folder whose rollouts come from the real verifier on the tool_call seeds (the first
-    ``limit``): every good_every-th task answered right, the rest not a call."""
+    ``limit``): every good_every-th task answered right, the rest not a call. ``adapter``: the model it names (by
+    its files' hashes, as `flywheel eval` does), so `flywheel promote` takes it as an eval of that adapter."""
     import polars as pl
 
     from flywheel.flows.config import EvalConfig
@@ -221,9 +223,28 @@ def eval_dir(folder: Path, catalog, good_every: int, limit: int | None = None, b
     config = EvalConfig(dataset=str(folder), out=str(folder), bootstrap=bootstrap)
     dataset = {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "path": "ds"}
     model = {"ref": "embedded", "backend": "transformers", "model_id": "m", "hash": "h"}
+    if adapter is not None:
+        from flywheel.tasks.inference.models import fingerprints
+
+        every, weights = fingerprints(adapter)
+        model = {"ref": str(adapter), "backend": "transformers", "model_id": str(adapter), "hash": every,
+                 "weights": weights}
     report = make_report(config, frame, dataset, model, {"tool_call": "1.0.0"}, {"total": 1, "reused": 0, "run": 1},
                          {})
     write_outputs(folder, report, frame)
+    return folder
+
+
+def restamp(folder: Path) -> Path:
+    """Make an eval folder's report.json name its (edited) rollouts.parquet again, as a forger who edits both would."""
+    import json
+
+    from flywheel.tasks.data.publish import file_sha256
+
+    report = json.loads((folder / "report.json").read_text())
+    if "rollouts_sha256" in report:  # (a report from before the field names none)
+        report["rollouts_sha256"] = file_sha256(folder / "rollouts.parquet")
+        (folder / "report.json").write_text(json.dumps(report))
     return folder
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,6 +17,14 @@ def one_line(exc: BaseException | str, limit: int | None = 200) -> str:
     ``limit`` characters with "..." (None: whole) so a huge message cannot flood a response or a log."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
+
+
+def plain(text: Any) -> str:
+    """``text`` as literal markdown on one line: whitespace and control characters flattened, HTML and markdown
+    syntax escaped, so a name read from an eval folder cannot start a heading, a comment or a table cell."""
+    flat = " ".join(re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", str(text)).split())
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]#|~!])", r"\\\1", flat)
 
 
 def as_task(value: Any) -> Task:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 
 from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api
 
@@ -31,7 +32,7 @@ def promote(
                                                  "call (latency is reported, not gated: it depends on machine load)."),
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
-    from flywheel.flows.promote import load_evals, production_eval, promote_model
+    from flywheel.flows.promote import check_candidate, load_evals, production_eval, promote_model
     from flywheel.tasks.release.gate import GateConfig, GateError
     from flywheel.tasks.release.registry import Registry
 
@@ -41,19 +42,21 @@ def promote(
         config = GateConfig(unsafe_margin=unsafe_margin, invalid_margin=invalid_margin, cost_margin=cost_margin)
         reg = Registry(registry)
         # resolved once: an alias moved by another command while this one runs must not swap the version gated
-        version = reg.version(version).id  # an unknown --version and unusable evals fail before any flow run
+        gated = reg.version(version)  # an unknown --version and unusable evals fail before any flow run
+        version = gated.id
         # where the gate report goes
         check_output(registry / "gates", "--registry", folder_wanted=True, registry_ok=True)
         gated_against = None
         if baseline_eval is None:
             gated_against, baseline_eval = production_eval(reg)
             try:
-                load_evals(str(baseline_eval), str(candidate_eval))
+                candidate = load_evals(str(baseline_eval), str(candidate_eval), kept_baseline=True)[2]
             except GateError as exc:  # e.g. the candidate's dataset is a newer version (after `flywheel ingest`)
                 raise GateError(f"{exc} (the baseline is production's own eval, {baseline_eval}: pass --baseline-"
                                 "eval, an eval of the production model on the candidate's dataset)") from None
         else:
-            load_evals(str(baseline_eval), str(candidate_eval))
+            candidate = load_evals(str(baseline_eval), str(candidate_eval))[2]
+        check_candidate(reg, gated, candidate)
         summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
                                                 override, gated_against=gated_against))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
@@ -62,7 +65,7 @@ def promote(
     err.print(f"gate {'passed' if summary.passed else 'REJECTED'}: success {summary.success_delta:+.3f} "
               f"[{lo:+.3f}, {hi:+.3f}]; report {summary.report}", highlight=False)
     for failure in summary.failures:
-        err.print(f"  failed: {failure}", highlight=False)
+        err.print(f"  failed: {escape(' '.join(failure.split()))}", highlight=False)  # a tool name is data
     if summary.event is None:
         fail(f"production not moved: the gate rejected {summary.version} (--override REASON to force)")
     typer.echo(f"production -> {summary.version}")
@@ -122,6 +125,7 @@ def registry_export(
     registry: Path = REGISTRY,
 ) -> None:
     """What a serving stack loads: the PEFT adapter folder (base model named inside), or a merged checkpoint."""
+    from flywheel.tasks.files import check_destination
     from flywheel.tasks.inference.models import export_version
     from flywheel.tasks.release.registry import Registry
 
@@ -130,6 +134,7 @@ def registry_export(
         version = reg.version(ref)
         if reg.verify_files(version):
             raise ValueError(f"{version.id}: files changed since registration: {reg.verify_files(version)}")
+        check_destination(out, "--out")  # never a folder inside a registry or a published dataset version
         export_version(reg.path(version) / version.adapter, out, merged)
     except (ValueError, OSError) as exc:
         fail(explain(exc))

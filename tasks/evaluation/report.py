@@ -9,6 +9,7 @@ import polars as pl
 
 from flywheel.schemas import EvalReport, Metric
 from flywheel.tasks.files import open_output
+from flywheel.verifiers.common import plain
 
 PLOTTED = ("valid_output_rate", "correct_tool_rate", "correct_args_rate", "execution_success_rate",
            "unsafe_action_rate", "pass@1")
@@ -79,8 +80,8 @@ def _table(groups: dict[str, dict[str, Metric]], names: tuple[str, ...]) -> list
 def markdown(report: EvalReport) -> str:
     r, k = report, report.samples
     lines = [
-        f"# Evaluation: {r.model['ref']} ({r.model['backend']}) on {r.dataset['name']} {r.dataset['version']} "
-        f"{r.split}",
+        f"# Evaluation: {plain(r.model['ref'])} ({plain(r.model['backend'])}) on {plain(r.dataset['name'])} "
+        f"{plain(r.dataset['version'])} {plain(r.split)}",
         "", f"**Decision: {r.decision.action.upper()}**: {r.decision.reason}.", "",
         f"{r.n_tasks} tasks x {k} sample(s) = {r.n_rollouts} rollouts; seed {r.seed}; sampling {r.sampling}; "
         f"success = reward >= {r.success_threshold}; verifiers {r.verifiers}.", "",
@@ -106,10 +107,10 @@ def markdown(report: EvalReport) -> str:
               f"always solved {tp.always}, never solved {tp.never}, mixed {tp.mixed}; {tp.equal_rewards} tasks gave "
               f"every sample the same reward (GRPO learns nothing from them). Per task: `{r.files['per_task']}`.",
               "", "![rewards](rewards.png)", "",
-              f"Dataset `{r.dataset['path']}` (content {r.dataset['content_hash'][:12]}), "
-              f"model `{r.model['model_id']}` "
+              f"Dataset `{_inline(r.dataset['path'])}` (content {plain(r.dataset['content_hash'][:12])}), "
+              f"model `{_inline(r.model['model_id'])}` "
               f"(hash {str(r.model.get('hash'))[:12]}), code {r.code_version}; batches {r.batches}."]
-    lines += [f"Batches copied from `{folder}` (the same weights, sampling and tasks): {n}."
+    lines += [f"Batches copied from `{_inline(folder)}` (the same weights, sampling and tasks): {n}."
               for folder, n in r.copied_from.items()]
     return "\n".join(lines) + "\n"
 

@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from conftest import eval_dir
+from conftest import eval_dir, restamp
 from flywheel.flows.cli import app
 from flywheel.tasks.data.seeds import seed_task
 
@@ -298,7 +298,7 @@ def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
              (["train", "--dataset", str(tool), "--out", out, "--max-steps", "100000000000"],
               "error: --max-steps: Input should be less than or equal to 1000000"),
              (["train", "--dataset", str(tool), "--out", out, "--registry", str(tmp_path / "reg"), "--parent", "v9"],
-              f"error: no version or alias 'v9' in {tmp_path / 'reg'}")]
+              f"error: --parent v9: there is no registry at {tmp_path / 'reg'} yet to hold it")]
     code, output = _run(*cases[0][0], timeout=120)
     assert code == 1 and _one_error(output) == cases[0][1]
     for args, message in cases:
@@ -394,15 +394,15 @@ def test_promote_expected_errors_are_one_line_before_any_flow(tmp_path, catalog)
     better = eval_dir(tmp_path / "better", catalog, good_every=2, limit=12, bootstrap=100)
     empty = tmp_path / "empty"
     empty.mkdir()
-    torn = _variant(better, tmp_path / "torn",
-                    lambda f: (f / "rollouts.parquet").write_bytes(b"PAR1" + os.urandom(64)))
+    torn = restamp(_variant(better, tmp_path / "torn",
+                            lambda f: (f / "rollouts.parquet").write_bytes(b"PAR1" + os.urandom(64))))
     garbled = _variant(better, tmp_path / "garbled", lambda f: (f / "report.json").write_bytes(b"\xff{"))
     other_data = _variant(better, tmp_path / "other_data", _edit_report(dataset={"content_hash": "d" * 64}))
     other_split = _variant(better, tmp_path / "other_split", _edit_report(split="train"))
-    fewer = _variant(better, tmp_path / "fewer", lambda f: pl.read_parquet(f / "rollouts.parquet").head(5)
-                     .write_parquet(f / "rollouts.parquet"))
-    columns = _variant(better, tmp_path / "columns", lambda f: pl.read_parquet(f / "rollouts.parquet")
-                       .drop("latency_s").write_parquet(f / "rollouts.parquet"))
+    fewer = restamp(_variant(better, tmp_path / "fewer", lambda f: pl.read_parquet(f / "rollouts.parquet").head(5)
+                             .write_parquet(f / "rollouts.parquet")))
+    columns = restamp(_variant(better, tmp_path / "columns", lambda f: pl.read_parquet(f / "rollouts.parquet")
+                               .drop("latency_s").write_parquet(f / "rollouts.parquet")))
     different = "error: the two evals used different datasets or splits: evaluate both on the same version and split"
     cases = [(["--version", "mv-nope"], better, f"error: no version or alias 'mv-nope' in {reg_dir}; known: "),
              ([], empty, f"error: --candidate-eval {empty} is not a finished eval (needs report.json and "

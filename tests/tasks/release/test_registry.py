@@ -71,21 +71,23 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     reg_dir = tmp_path / "r"
     reg = Registry(reg_dir)
     base = eval_dir(tmp_path / "base", catalog, good_every=0)
-    better = eval_dir(tmp_path / "better", catalog, good_every=2)
+    better = eval_dir(tmp_path / "better", catalog, good_every=2, adapter=adapters[0])
+    equal = eval_dir(tmp_path / "equal", catalog, good_every=0, adapter=adapters[0])  # no better than the base model
+    weaker = eval_dir(tmp_path / "weaker", catalog, good_every=0, adapter=adapters[1])
     v1 = reg.register(adapters[0], FIELDS, better / "report.json")  # its eval and rollouts are kept with it
     against_production = ["promote", "--registry", str(reg_dir), "--candidate-eval"]  # no --baseline-eval
     none_yet = runner.invoke(app, [*against_production, str(better)])
     assert none_yet.exit_code == 1 and "no production version" in none_yet.output
     assert "--baseline-eval" in none_yet.output
     args = ["promote", "--registry", str(reg_dir), "--baseline-eval", str(base)]
-    same = runner.invoke(app, [*args, "--candidate-eval", str(base)])
+    same = runner.invoke(app, [*args, "--candidate-eval", str(equal)])
     assert same.exit_code == 1 and "REJECTED" in same.output and "production not moved" in same.output
     assert "production" not in reg.aliases()
     ok = runner.invoke(app, [*args, "--candidate-eval", str(better)])
     assert ok.exit_code == 0 and f"production -> {v1.id}" in ok.output, ok.output
     v2 = reg.register(adapters[1], FIELDS)
     # a candidate better than the base model but worse than production is gated against production: rejected
-    worse = runner.invoke(app, [*against_production, str(base)])
+    worse = runner.invoke(app, [*against_production, str(weaker)])
     assert worse.exit_code == 1 and "production not moved" in worse.output and reg.aliases()["production"] == v1.id
     gate = next(g for g in (json.loads(p.read_text()) for p in (reg_dir / "gates").glob("*.json"))
                 if g["version"] == v2.id)
@@ -105,7 +107,7 @@ def test_gate_promote_override_rollback_and_lineage(tmp_path, adapters, catalog,
     moved_on = runner.invoke(app, [*against_production, str(newer)])
     assert moved_on.exit_code == 1 and "the baseline is production's own eval" in moved_on.output
     assert "pass --baseline-eval" in moved_on.output and reg.aliases()["production"] == v1.id
-    forced = runner.invoke(app, [*args, "--candidate-eval", str(base), "--override", "hotfix approved by on-call"])
+    forced = runner.invoke(app, [*args, "--candidate-eval", str(weaker), "--override", "hotfix approved by on-call"])
     assert forced.exit_code == 0 and reg.aliases()["production"] == v2.id
     assert reg.events()[-1].override == "hotfix approved by on-call" and not reg.events()[-1].gate["passed"]
     back = runner.invoke(app, ["rollback", "--registry", str(reg_dir)])
@@ -166,7 +168,7 @@ def test_a_killed_promotion_leaves_the_registry_as_it_was(tmp_path, adapters, ca
     reg = Registry(reg_dir)
     reg.register(adapters[0], FIELDS)
     base = eval_dir(tmp_path / "base", catalog, good_every=0)
-    better = eval_dir(tmp_path / "better", catalog, good_every=2)
+    better = eval_dir(tmp_path / "better", catalog, good_every=2, adapter=adapters[0])
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "promote", "--registry", str(reg_dir),
            "--baseline-eval", str(base), "--candidate-eval", str(better)]
     t0 = time.perf_counter()
