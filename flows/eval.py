@@ -244,6 +244,10 @@ def eval_policy(config: EvalConfig) -> EvalResult:
             counts["run"] += len(call)
             progress("eval", counts["reused"] + counts["run"], len(batches))
         t_load, t_gen = t2 - t1, time.perf_counter() - t2
+    mine = {p.name for p in paths}
+    for stale in (out / "batches").glob("*.parquet"):  # another run's batches (other weights or settings) in this
+        if stale.name not in mine:  # OUT: gone, so a batch file here is always of the rollouts report.json names
+            stale.unlink()
     frame = pl.concat([pl.read_parquet(p) for p in paths])
     report = make_report(config, frame, dataset, model, verifiers, counts,
                          {"load_s": round(t_load, 3), "rollouts_s": round(t_gen, 3)}, copied)

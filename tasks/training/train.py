@@ -294,6 +294,9 @@ def check_train_paths(out: Path, start: Path, registry: Path | None, parent: str
     if registry.resolve() == here or registry.resolve() in here.parents:
         raise ValueError(f"--out {out} is inside --registry {registry}: a registry holds registered versions "
                          "only; choose an --out outside it")
+    if here in registry.resolve().parents:  # training replaces OUT/adapter, rotates OUT/checkpoints
+        raise ValueError(f"--registry {registry} is inside --out {out}: training writes and replaces folders there; "
+                         "choose a registry outside OUT")
     reg = Registry(registry)
     if reg.exists():
         reg.events()  # a damaged log is one line now

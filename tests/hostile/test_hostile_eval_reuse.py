@@ -116,3 +116,19 @@ def test_a_base_url_holding_a_password_is_refused_before_it_is_recorded(tmp_path
                                "http://user:s3cret@127.0.0.1:9/v1")
         assert code == 1 and message in _one_error(output) and "s3cret" not in output, output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+@pytest.mark.slow
+def test_an_eval_leaves_only_its_own_batches_beside_its_report(tool_dataset, tmp_path) -> None:
+    """Before: an eval of model X, then one of Y into the same OUT, left X's batch files beside Y's report, and an
+    eval of X reusing that OUT copied Y's vouched-for rows under X's batch key."""
+    from flywheel.flows.eval import run_eval
+
+    out = tmp_path / "e"
+    (out / "batches").mkdir(parents=True)
+    stale = out / "batches" / "00000-ffffffffffffffff.parquet"  # another model's batch under its own key
+    stale.write_bytes(b"x")
+    run_eval(EvalConfig(dataset=tool_dataset, out=str(out), limit=2, batch_size=1, max_tokens=8, temperature=0.0,
+                        backend="transformers", bootstrap=200))
+    report = json.loads((out / "report.json").read_text())
+    assert not stale.exists() and len(list((out / "batches").glob("*.parquet"))) == report["batches"]["total"] == 2

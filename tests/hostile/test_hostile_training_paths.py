@@ -66,6 +66,9 @@ def test_train_refuses_an_unusable_registry_before_training(paths) -> None:
     assert _train(paths, "--out", str(tmp / "new" / "o"), "--registry", str(tmp / "new")) == (
         f"error: --out {tmp / 'new' / 'o'} is inside --registry {tmp / 'new'}: a registry holds registered versions "
         "only; choose an --out outside it")
+    assert _train(paths, "--out", str(tmp / "o"), "--registry", str(tmp / "o" / "adapter")) == (
+        f"error: --registry {tmp / 'o' / 'adapter'} is inside --out {tmp / 'o'}: training writes and replaces folders "
+        "there; choose a registry outside OUT")  # before: OUT/adapter, the registry, was rmtree'd after training
     assert _train(paths, "--out", str(tmp / "o"), "--parent", "mv-0123456789ab") == (
         "error: --parent mv-0123456789ab names a registry version: pass --registry too")
     (reg / "events" / "000001.json").write_text("garbage")
