@@ -7,6 +7,7 @@ checkpoint in the cache folder (atomically: a crash leaves no half checkpoint).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -90,7 +91,12 @@ MAX_HEADER_BYTES = 16 << 20  # a safetensors header (JSON): ~130 bytes per tenso
 MAX_RANK = 1024
 NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")  # a module name: never a regex PEFT would run
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
+               "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}  # whole-byte dtypes
+MAX_LAYERS = 1024  # the deepest published models have ~130; checked before a config is built on the meta device
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+MAX_INFLATION = 4  # parameters a config may declare per weight element stored: more is another model's config
+FIX = "copy the whole folder save_pretrained wrote"
 LORA_TENSOR = re.compile(r"\.lora_(?:embedding_)?([AB])(?:\.|$)")  # A: [r, in, ...]; B: [out, r, ...]
 
 
@@ -131,10 +137,78 @@ def _check_checkpoint(path: Path) -> None:
     if (path / "adapter_config.json").exists():
         raise ValueError(f"{path} holds both config.json and adapter_config.json: transformers would load the "
                          "adapter's base model instead; keep a checkpoint and an adapter in separate folders")
-    _json_object(path / "config.json")
+    config = _json_object(path / "config.json")
     if not any((path / name).is_file() for name in WEIGHTS):
-        raise ValueError(f"{path} has config.json but no weights ({' or '.join(WEIGHTS[:2])}): copy the whole "
-                         "folder save_pretrained wrote")
+        raise ValueError(f"{path} has config.json but no weights ({' or '.join(WEIGHTS[:2])}): {FIX}")
+    stored, per = _stored_weights(path)
+    declared = _declared_params(path, config)
+    if declared > MAX_INFLATION * stored * per + (1 << 20):
+        unit = "elements" if per == 1 else "bytes"
+        raise ValueError(f"{path / 'config.json'} declares a model of {declared:,} parameters but its weights hold "
+                         f"{stored:,} {unit}: a load would allocate the rest; the config and the weights come from "
+                         f"different models: {FIX}")
+
+
+def _shards(index: Path) -> set[str]:
+    """The files a sharded checkpoint's index names: file names in its folder (never a path elsewhere)."""
+    weight_map = _json_object(index).get("weight_map")
+    if not (isinstance(weight_map, dict) and weight_map and all(
+            isinstance(v, str) and NAME.fullmatch(v) and v not in (".", "..") for v in weight_map.values())):
+        raise ValueError(f"{index}: weight_map is not a mapping of tensor names to file names in this folder: {FIX}")
+    return set(weight_map.values())
+
+
+def _stored_weights(path: Path) -> tuple[int, int]:
+    """(amount, parameters per unit) of a checkpoint's weights, every file a loader may read checked first: each
+    safetensors file (vLLM reads them all) and each shard an index names, by its header (amount: tensor elements);
+    pytorch_model.bin weights, a pickle not read here, as regular files only (amount: bytes, 2 parameters per byte
+    at 4 bits)."""
+    safe = {p.name for p in path.glob("*.safetensors")}
+    pickles = {n for n in ("pytorch_model.bin",) if (path / n).exists()}
+    if (path / "model.safetensors.index.json").exists():
+        safe |= _shards(path / "model.safetensors.index.json")
+    if (path / "pytorch_model.bin.index.json").exists():
+        pickles |= _shards(path / "pytorch_model.bin.index.json")
+    elements = {}
+    for name in sorted(safe):
+        for tensor, (_, shape) in _safetensors(path / name, FIX).items():
+            elements[tensor] = math.prod(shape)
+    sizes = 0
+    for name in sorted(pickles):
+        fh, size = _open(path / name)
+        fh.close()
+        sizes += size
+    return (sum(elements.values()), 1) if safe else (sizes, 2)
+
+
+def _declared_params(path: Path, config: dict[str, Any]) -> int:
+    """The parameters a checkpoint's config.json declares, counted on a model built on the meta device (no memory);
+    the layer count is bounded first (building a million layers takes minutes even there)."""
+    for key in LAYER_KEYS:
+        if key in config and not _number(config[key], 0, MAX_LAYERS, whole=True):
+            raise ValueError(f"{path / 'config.json'}: {key} {config[key]!r} is not a whole number up to "
+                             f"{MAX_LAYERS}: {FIX}")
+    try:
+        return _meta_params(json.dumps(config, sort_keys=True))
+    except ValueError as exc:
+        raise ValueError(f"{path / 'config.json'}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def _meta_params(config_json: str) -> int:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = json.loads(config_json)
+    try:
+        built = AutoConfig.for_model(**config)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(built)
+    except Exception as exc:  # noqa: BLE001 - any failure to build the config is the file's: one line naming it
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ValueError(f"transformers cannot build a causal LM of model_type {str(config.get('model_type'))[:40]!r} "
+                         f"from it ({first}): {FIX}") from None
+    return sum(p.numel() for p in model.parameters())
 
 
 def _plain_entries(path: Path) -> None:
@@ -197,6 +271,18 @@ def _strict_json(data: bytes) -> Any:
         raise ValueError("nested too deep") from None
 
 
+def _parse(path: Path, data: bytes, what: str, fix: str) -> dict[str, Any]:
+    """``data`` read from ``path`` as one strict JSON object, or one ValueError naming the file, ``what`` it held and
+    ``fix``."""
+    try:
+        value = _strict_json(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {what}{exc}; {fix}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: {what}a JSON {type(value).__name__}, not an object; {fix}")
+    return value
+
+
 def _json_object(path: Path) -> dict[str, Any]:
     """A config file: a regular file of at most MAX_CONFIG_BYTES holding one strict JSON object."""
     fh, size = _open(path)
@@ -205,19 +291,21 @@ def _json_object(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path} is {size} bytes, over the {MAX_CONFIG_BYTES} bytes a config file may have: "
                              "use the file save_pretrained wrote")
         data = fh.read(MAX_CONFIG_BYTES + 1)
-    try:
-        value = _strict_json(data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}; use the file save_pretrained wrote") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} holds a JSON {type(value).__name__}, not an object: use the file save_pretrained "
-                         "wrote")
-    return value
+    return _parse(path, data, "", "use the file save_pretrained wrote")
 
 
 def _number(value: Any, low: float, high: float, whole: bool = False) -> bool:
     kinds = (int,) if whole else (int, float)
     return isinstance(value, kinds) and not isinstance(value, bool) and low <= value <= high
+
+
+def _names(value: Any, one: bool) -> bool:
+    """A list of at most 1000 module names, or (``one``) a single name or 'all-linear': PEFT matches a string as a
+    regular expression, so only a plain name (linear to match: no quantifier, no group) is let through."""
+    if one and isinstance(value, str):
+        return value == "all-linear" or bool(NAME.fullmatch(value))
+    return isinstance(value, list) and len(value) <= 1000 and all(isinstance(t, str) and NAME.fullmatch(t)
+                                                                   for t in value)
 
 
 def _adapter_config(path: Path) -> dict[str, Any]:
@@ -233,14 +321,12 @@ def _adapter_config(path: Path) -> dict[str, Any]:
         problems.append(f"r {config.get('r')!r} is not a whole number from 1 to {MAX_RANK}")
     if not _number(config.get("lora_alpha", 8), 1e-6, 1e6):
         problems.append(f"lora_alpha {config.get('lora_alpha')!r} is not a number from 1e-6 to 1e6")
-    targets = config.get("target_modules")
-    if not (isinstance(targets, list) and 0 < len(targets) <= 1000
-            and all(isinstance(t, str) and NAME.fullmatch(t) for t in targets)):
-        problems.append("target_modules is not a list of module names (letters, digits, '_', '.', '-')")
-    for key in ("exclude_modules", "modules_to_save"):
-        names = config.get(key) or []
-        if not (isinstance(names, list) and all(isinstance(t, str) and NAME.fullmatch(t) for t in names)):
-            problems.append(f"{key} is not null or a list of module names")
+    if not _names(config.get("target_modules"), one=True) or not config["target_modules"]:
+        problems.append("target_modules is not 'all-linear', a module name or a list of them (letters, digits, '_', "
+                        "'.', '-': PEFT runs a string as a regular expression, and only a plain name is loaded)")
+    for key, one in (("exclude_modules", True), ("modules_to_save", False)):
+        if not _names(config.get(key) or [], one):
+            problems.append(f"{key} is not null{', a module name' if one else ''} or a list of module names")
     for key, whole, high in (("rank_pattern", True, MAX_RANK), ("alpha_pattern", False, 1e6)):
         pattern = config.get(key) or {}
         if not (isinstance(pattern, dict) and len(pattern) <= 10_000 and all(
@@ -256,29 +342,18 @@ def _adapter_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _check_weights(path: Path, config: dict[str, Any]) -> None:
-    """adapter_model.safetensors: a regular file whose header (8-byte length + JSON, bounded, read alone) lists
-    tensors that fit in the file, LoRA ones of the config's rank(s)."""
-    if not path.exists() and not os.path.islink(path):
-        raise ValueError(f"{path} is missing (the adapter's LoRA weights): copy it from the training output; only "
-                         "safetensors adapters are loaded")
+def _safetensors(path: Path, fix: str) -> dict[str, tuple[str, list[int]]]:
+    """{tensor: (dtype, shape)} of a safetensors file: a regular file whose header (8-byte length + JSON, bounded,
+    read alone) lists tensors of whole-byte dtypes that fit in the file; else one ValueError ending in ``fix``."""
     fh, size = _open(path)
     with fh:
         head = fh.read(8)
         length = int.from_bytes(head, "little") if len(head) == 8 else -1
         if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
             raise ValueError(f"{path} is not a whole safetensors file (its header length {length} does not fit "
-                             f"in {size} bytes or passes {MAX_HEADER_BYTES}): copy it again from the training output")
-        data = fh.read(length)
-    try:
-        header = _strict_json(data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: its safetensors header is {exc}; copy it again from the training output") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{path}: its safetensors header is not a JSON object; copy it again from the training "
-                         "output")
-    ranks = {config["r"], *(config.get("rank_pattern") or {}).values()}
-    room, lora = size - 8 - length, 0
+                             f"in {size} bytes or passes {MAX_HEADER_BYTES}): {fix}")
+        header = _parse(path, fh.read(length), "its safetensors header is ", fix)
+    room, tensors = size - 8 - length, {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -287,8 +362,21 @@ def _check_weights(path: Path, config: dict[str, Any]) -> None:
                 and isinstance(offsets, list) and len(offsets) == 2 and all(_number(o, 0, room, True) for o in offsets)
                 and info.get("dtype") in DTYPE_BYTES
                 and offsets[1] - offsets[0] == math.prod(shape) * DTYPE_BYTES[info["dtype"]]):
-            raise ValueError(f"{path}: tensor {name!r} has no valid dtype, shape and place in the file (truncated or "
-                             "not safetensors): copy it again from the training output")
+            raise ValueError(f"{path}: tensor {name[:200]!r} has no valid dtype, shape and place in the file "
+                             f"(truncated or not safetensors): {fix}")
+        tensors[name] = (info["dtype"], shape)
+    return tensors
+
+
+def _check_weights(path: Path, config: dict[str, Any]) -> None:
+    """adapter_model.safetensors: a whole safetensors file (``_safetensors``) whose LoRA tensors have the config's
+    rank(s)."""
+    fix = "copy it again from the training output"
+    if not path.exists() and not os.path.islink(path):
+        raise ValueError(f"{path} is missing (the adapter's LoRA weights): copy it from the training output; only "
+                         "safetensors adapters are loaded")
+    ranks, lora = {config["r"], *(config.get("rank_pattern") or {}).values()}, 0
+    for name, (_, shape) in _safetensors(path, fix).items():
         kind = LORA_TENSOR.search(name)
         if kind:
             lora += 1
@@ -298,7 +386,7 @@ def _check_weights(path: Path, config: dict[str, Any]) -> None:
                                  f"{config['r']}: the two files come from different adapters; copy both from one "
                                  "save")
     if not lora:
-        raise ValueError(f"{path} holds no LoRA tensors (lora_A/lora_B): copy it again from the training output")
+        raise ValueError(f"{path} holds no LoRA tensors (lora_A/lora_B): {fix}")
 
 
 def _base_path(path: Path, config: dict[str, Any]) -> Path:

@@ -86,14 +86,15 @@ CASES = {  # name: (edit of a good adapter folder, the file the error names, a f
     "huge r": (_config(r=4000), "adapter_config.json", "r 4000 is not a whole number"),
     "r as text": (_config(r="4"), "adapter_config.json", "r '4' is not a whole number"),
     "alpha inf": (_config(lora_alpha=1e300), "adapter_config.json", "lora_alpha"),
-    "regex targets": (_config(target_modules="(a+)+$"), "adapter_config.json", "target_modules is not a list"),
+    "regex targets": (_config(target_modules="(a+)+$"), "adapter_config.json", "target_modules is not 'all-linear'"),
+    "regex excluded": (_config(exclude_modules="(a|aa)*c"), "adapter_config.json", "exclude_modules is not null"),
     "r mismatch": (_config(r=64), "adapter_model.safetensors", "has rank 4, but adapter_config.json says r=64"),
     "no weights": (lambda f: (f / "adapter_model.safetensors").unlink(), "adapter_model.safetensors", "missing"),
     "truncated weights": (_truncate, "adapter_model.safetensors", "not a whole safetensors file"),
     "huge header": (_bytes("adapter_model.safetensors", (1 << 62).to_bytes(8, "little") + b"{}"),
                     "adapter_model.safetensors", "not a whole safetensors file"),
     "header list": (_bytes("adapter_model.safetensors", (2).to_bytes(8, "little") + b"[]"),
-                    "adapter_model.safetensors", "not a JSON object"),
+                    "adapter_model.safetensors", "a JSON list, not an object"),
     "hub base": (_config(base_model_name_or_path="openai-community/gpt2"), "adapter_config.json",
                  "nothing is fetched from a hub"),
     "base /etc": (_config(base_model_name_or_path="/etc"), "adapter_config.json", "is not a local model folder"),
@@ -112,6 +113,68 @@ def test_check_model_refuses_crafted_adapters_in_one_line_naming_the_file(tmp_pa
     message = str(caught.value)
     assert time.perf_counter() - t0 < 2 and "\n" not in message, message
     assert str(folder / name) in message and fragment in message, message
+
+
+def _sharded(shards: dict[str, str]):
+    """A checkpoint made sharded: its weights moved to ``shard.safetensors`` and an index naming ``shards``."""
+    def edit(folder: Path) -> None:
+        (folder / "model.safetensors").rename(folder / "shard.safetensors")
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
+    return edit
+
+
+def _tiny(**fields: Any):
+    return lambda folder: (folder / "config.json").write_text(json.dumps(TINY | fields))
+
+
+CHECKPOINT_CASES = {  # name: (edit of a good checkpoint folder, the file the error names, a fragment of the error)
+    "shard in a subfolder": (_sharded({"w": "sub/x.safetensors"}), "model.safetensors.index.json",
+                             "not a mapping of tensor names to file names in this folder"),
+    "shard outside": (_sharded({"w": ".."}), "model.safetensors.index.json", "file names in this folder"),
+    "missing shard": (_sharded({"w": "gone.safetensors"}), "gone.safetensors", "is missing"),
+    "truncated shard": (lambda f: (_sharded({"w": "shard.safetensors"})(f), _bytes("shard.safetensors", b"\1")(f)),
+                        "shard.safetensors", "not a whole safetensors file"),
+    "fifo shard": (lambda f: (_sharded({"w": "shard.safetensors"})(f), (f / "shard.safetensors").unlink(),
+                              os.mkfifo(f / "shard.safetensors")), "shard.safetensors", "not a regular file"),
+    "huge dimensions": (_tiny(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80), "config.json",
+                        "declares a model of"),
+    "a million layers": (_tiny(num_hidden_layers=10**6), "config.json", "num_hidden_layers 1000000 is not"),
+    "unknown model_type": (_tiny(model_type="nope"), "config.json", "transformers cannot build a causal LM"),
+    "pickle for 7B": (lambda f: ((f / "model.safetensors").unlink(), _bytes("pytorch_model.bin", b"x" * 64)(f),
+                                 _tiny(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32)(f)),
+                      "config.json", "bytes: a load would allocate the rest"),
+}
+
+
+@pytest.mark.parametrize("case", CHECKPOINT_CASES)
+def test_check_model_refuses_crafted_checkpoints_before_a_load_allocates_or_hangs(tmp_path, case) -> None:
+    """A checkpoint (as --model, or as an adapter's base) whose index names files elsewhere, a FIFO or a truncated
+    shard (transformers and vLLM read every shard), or whose config.json declares far more than its weights hold (a
+    load allocates the whole declared model: 7B parameters from a 64-byte file) is refused in one line naming the
+    file; the layer count is bounded before the config is built."""
+    edit, name, fragment = CHECKPOINT_CASES[case]
+    base = _checkpoint(tmp_path / "base")
+    adapter = _adapter(tmp_path / "a", str(base))
+    check_model(str(base))
+    edit(base)
+    for ref in (base, adapter):
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError) as caught:
+            check_model(str(ref))
+        message = str(caught.value)
+        assert time.perf_counter() - t0 < 5 and "\n" not in message, message
+        assert str(base / name) in message and fragment in message, message
+
+
+def test_peft_forms_flywheel_does_not_write_still_load_when_they_are_safe(tmp_path) -> None:
+    """A plain module name or 'all-linear' as target_modules, a name as exclude_modules, unsigned and 8-bit float
+    tensors: PEFT writes them, so they pass; a regular expression does not (see CASES)."""
+    base = _checkpoint(tmp_path / "base")
+    for i, fields in enumerate(({"target_modules": "all-linear"}, {"target_modules": "q_proj"},
+                                {"exclude_modules": "lm_head"})):
+        check_model(str(_adapter(tmp_path / f"a{i}", str(base), **fields)))
+    save_file({"u": np.zeros(3, np.uint16), "v": np.zeros(2, np.uint64)}, str(base / "extra.safetensors"))
+    check_model(str(base))
 
 
 def test_an_adapter_base_must_be_a_full_local_model_folder(tmp_path) -> None:
