@@ -6,11 +6,16 @@ Contract:
 - ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ (not of sqlite_*
   internals but sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``)
   and RECURSIVE: ATTACH, PRAGMA (pragma_* table functions too), writes, DDL and transactions are denied at prepare
-  time and raise ``QueryError("unsafe")``. A query that reads the clock ('now', CURRENT_DATE/TIME/TIMESTAMP) is a
-  ``runtime_error``: its result would change with the day. Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs
-  ``MAX_LENGTH``, query text ``MAX_SQL``, ``MAX_STEPS`` VM steps (progress handler; deterministic, so a timeout
-  never depends on the load) backed by a ``MAX_QUERY_S`` wall deadline, at most ``MAX_ROWS`` rows and
-  ``MAX_BYTES`` bytes fetched; temp storage stays in memory. Returns the rows and whether a task table was read.
+  time and raise ``QueryError("unsafe")``; json_each/json_tree are set up in ``build`` (their first use would
+  report an internal sqlite_master update). A query that reads the clock is a ``runtime_error``: its result would
+  change with the day. CURRENT_DATE/TIME/TIMESTAMP are refused by the authorizer; date, time, datetime, julianday,
+  unixepoch, strftime (and timediff) are replaced by wrappers that refuse a missing time value or one equal to
+  'now' at run time (any case and spacing, however computed) and hand anything else to SQLite's own function, so
+  fixed dates keep their exact results. A query that is not valid text (a lone surrogate) is a ``syntax_error``.
+  Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs ``MAX_LENGTH``, query text ``MAX_SQL``, ``MAX_STEPS`` VM steps
+  (progress handler; deterministic, so a timeout never depends on the load) backed by a ``MAX_QUERY_S`` wall
+  deadline, at most ``MAX_ROWS`` rows and ``MAX_BYTES`` bytes fetched; temp storage stays in memory. Returns the
+  rows and whether a task table was read.
 - ``perturbed(state, task_id, keep)``: a held-back copy, a pure function of its arguments: rows shuffled, some
   dropped and some cloned with fresh ids, numbers and dates moved, text renamed (except strings in ``keep``,
   the reference query's literals, case-insensitively). ``same_result(a, b, ordered)`` compares result sets.
@@ -31,6 +36,7 @@ MAX_LENGTH = 1_000_000
 MAX_SQL = 20_000
 MAX_STEPS = 5_000_000
 STEP_CHUNK = 10_000
+CALL_STEPS = 50  # what one call of a date/time wrapper counts against MAX_STEPS (about 4 us against 0.3 us a step)
 MAX_QUERY_S = 1.5
 MAX_ROWS = 10_000
 MAX_BYTES = 8 << 20
@@ -62,6 +68,9 @@ def build(state: dict[str, Any]) -> sqlite3.Connection:
         conn.execute(f"CREATE TABLE {quote(table)} ({', '.join(f'{quote(n)} {quote(t)}' for n, t in cols)})")
         marks = ", ".join("?" * len(cols))
         conn.executemany(f"INSERT INTO {quote(table)} VALUES ({marks})", [tuple(r) for r in spec["rows"]])
+    # a table-valued function's first use declares its table, which the authorizer sees as an UPDATE of
+    # sqlite_master (and denies): use json_each/json_tree once here, before any authorizer, so a query can read them
+    conn.execute("SELECT 1 FROM json_each('[]'), json_tree('[]')").fetchall()
     conn.execute("PRAGMA query_only = ON")
     for limit, value in ((sqlite3.SQLITE_LIMIT_ATTACHED, 0), (sqlite3.SQLITE_LIMIT_LENGTH, MAX_LENGTH),
                          (sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL), (sqlite3.SQLITE_LIMIT_EXPR_DEPTH, 200),
@@ -70,26 +79,77 @@ def build(state: dict[str, Any]) -> sqlite3.Connection:
     return conn
 
 
-_CLOCK = re.compile(r"\bcurrent_(?:date|time|timestamp)\b", re.I)
+# SQLite's date and time functions, each with the position of its time value(s): a missing time value or 'now'
+# reads the clock. They are replaced per query by wrappers that refuse that and hand anything else to SQLite's own
+# function on a plain connection, so date('2024-01-01', '+1 day') keeps its exact result.
+_CLOCK_ARGS = {"date": (0,), "time": (0,), "datetime": (0,), "julianday": (0,), "unixepoch": (0,), "strftime": (1,)}
+if sqlite3.sqlite_version_info >= (3, 43, 0):
+    _CLOCK_ARGS["timediff"] = (0, 1)
+_CLOCK_KEYWORDS = {"current_date", "current_time", "current_timestamp"}
+CLOCK_MESSAGE = ("the current date or time is not allowed (nondeterministic: the result would change with the day); "
+                 "compare with a fixed date")
 
 
-def reads_the_clock(sql: str) -> bool:
-    """A date/time function of 'now' or CURRENT_DATE/TIME/TIMESTAMP: a result that changes with the day."""
-    return "now" in {s.strip() for s in string_literals(sql)} or bool(_CLOCK.search(re.sub(r"'(?:[^']|'')*'", "",
-                                                                                              sql)))
+def _is_now(value: Any) -> bool:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return isinstance(value, str) and value.strip().lower() == "now"
+
+
+def reads_the_clock(name: str, args: tuple[Any, ...]) -> bool:
+    """Whether SQLite's ``name(*args)`` reads the clock: a time value that is missing or 'now' (any case, any
+    surrounding whitespace; the value the query computes at run time, so char(110, 111, 119) counts)."""
+    positions = _CLOCK_ARGS[name]
+    if name == "strftime" and not args:
+        return False  # strftime() without a format is NULL
+    return any(i >= len(args) or _is_now(args[i]) for i in positions)
+
+
+def _clock_guard(conn: sqlite3.Connection, denied: list[str], steps: list[int]) -> list[sqlite3.Connection]:
+    """Replace the date and time functions of ``conn`` (see ``_CLOCK_ARGS``); a refusal is recorded in ``denied``,
+    each call charged ``CALL_STEPS`` to ``steps`` (a wrapper costs more than a VM step: the step bound, not the
+    wall deadline, stops a query that calls one millions of times). Returns the plain connection the wrappers open
+    on first use (the caller closes it)."""
+    plain: list[sqlite3.Connection] = []
+
+    def wrapper(name: str):
+        def call(*args: Any) -> Any:
+            steps[0] += CALL_STEPS
+            if reads_the_clock(name, args):
+                denied.append(f"runtime_error:{CLOCK_MESSAGE}")
+                raise ValueError("clock")
+            if not plain:
+                plain.append(sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False))
+                plain[0].setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_LENGTH)
+            marks = ", ".join("?" * len(args))
+            try:
+                return plain[0].execute(f"SELECT {name}({marks})", args).fetchone()[0]
+            except sqlite3.Error as err:
+                text = str(err)
+                denied.append(("too_large:" if "too big" in text else "runtime_error:") + f"{name}: {text[:200]}")
+                raise
+        return call
+
+    for name, positions in _CLOCK_ARGS.items():
+        conn.create_function(name, len(positions) if name == "timediff" else -1, wrapper(name), deterministic=True)
+    return plain
 
 
 def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[list[tuple[Any, ...]], bool]:
     """(rows, a task table was read); raises QueryError (see the module contract)."""
-    if reads_the_clock(sql):
-        raise QueryError("runtime_error", "the current date or time is not allowed (nondeterministic: the result "
-                                          "would change with the day); compare with a fixed date")
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate: not text SQLite can read
+        raise QueryError("syntax_error", f"the query is not valid text (a lone surrogate at character {err.start})"
+                         ) from None
     denied: list[str] = []
     read = [False]
     lower = {t.lower() for t in tables}
 
     def authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, _: str | None) -> int:
-        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _UNSAFE_FUNCTIONS:
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _CLOCK_KEYWORDS:
+            denied.append(f"runtime_error:{CLOCK_MESSAGE}")
+        elif action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _UNSAFE_FUNCTIONS:
             denied.append(f"unsafe:function {arg2}")
         elif action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _NONDETERMINISTIC:
             denied.append(f"runtime_error:function {arg2} is not allowed (nondeterministic)")
@@ -115,6 +175,7 @@ def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[lis
         steps[0] += STEP_CHUNK
         return int(steps[0] > MAX_STEPS or time.monotonic() > deadline)
 
+    plain = _clock_guard(conn, denied, steps)
     conn.set_authorizer(authorize)
     conn.set_progress_handler(progress, STEP_CHUNK)
     try:
@@ -125,12 +186,16 @@ def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[lis
             size += sum(len(v) if isinstance(v, str | bytes) else 8 for row in batch for v in row)
             if len(rows) > MAX_ROWS or size > MAX_BYTES:
                 raise QueryError("too_large", f"more than {MAX_ROWS} rows or {MAX_BYTES >> 20} MiB fetched")
+        if denied:  # a refusal always aborts the statement; never let one pass unnoticed
+            raise _classify(sqlite3.OperationalError("refused"), denied, steps[0])
         return rows, read[0]
     except sqlite3.Error as err:
         raise _classify(err, denied, steps[0]) from None
     finally:
         conn.set_authorizer(None)
         conn.set_progress_handler(None, 0)
+        for helper in plain:
+            helper.close()
 
 
 def _classify(err: sqlite3.Error, denied: list[str], steps: int) -> QueryError:
@@ -144,6 +209,8 @@ def _classify(err: sqlite3.Error, denied: list[str], steps: int) -> QueryError:
         return QueryError("too_large", text[:200])
     if isinstance(err, sqlite3.ProgrammingError) and "one statement" in text:
         return QueryError("unsafe", "more than one statement")
+    if "may not be modified" in text or "readonly database" in text:  # a write SQLite itself refused
+        return QueryError("unsafe", text[:200])
     if "syntax error" in text or "incomplete input" in text or "unrecognized token" in text:
         return QueryError("syntax_error", text[:200])
     return QueryError("runtime_error", text[:200])

@@ -38,7 +38,11 @@ from flywheel.verifiers.common import batch_rewards, guarded_verify
 from flywheel.verifiers.envs.sql import engine
 
 NAME = "sql"
-VERSION = "1.1.0"  # 1.1: a reference that no held-back copy changes, or that is empty, cannot be scored
+# 1.1: a reference that no held-back copy changes, or that is empty, cannot be scored
+# 1.2: every clock read refused at run time (date(), strftime('%Y'), date(char(110,111,119)), ...), no longer a
+#      'now' literal; json_each/json_tree allowed; trailing empty statements (';;') ignored; a lone surrogate is a
+#      syntax_error (was verifier_error); a write SQLite refuses itself is unsafe
+VERSION = "1.2.0"
 MAX_CHARS = engine.MAX_SQL
 MAX_COMPLETION = 4 * MAX_CHARS  # a query plus the prose around its block
 PERTURB_ATTEMPTS = 4
@@ -78,6 +82,25 @@ def statement_count(sql: str) -> int:
     return count + pending
 
 
+def one_statement(sql: str) -> str:
+    """``sql`` without the empty statements and comments around its one statement (``SELECT 1;; /* x */ ;``
+    runs as ``SELECT 1``); ``sql`` itself when it holds no statement or more than one (SQLite then refuses it)."""
+    spans: list[list[int]] = []  # [start, end] of each statement's tokens
+    fresh = True
+    for match in _TOKENS.finditer(sql):
+        token = match.group()
+        if token.startswith(("--", "/*")):
+            continue
+        if token == ";":
+            fresh = True
+        elif fresh:
+            spans.append([match.start(), match.end()])
+            fresh = False
+        else:
+            spans[-1][1] = match.end()
+    return sql[spans[0][0]:spans[0][1]] if len(spans) == 1 else sql
+
+
 def top_level_order_by(sql: str) -> bool:
     depth, previous = 0, ""
     for token in _tokens(sql):
@@ -91,7 +114,7 @@ def top_level_order_by(sql: str) -> bool:
 def _outcome(conn_state: dict[str, Any], query: str, tables: set[str]) -> tuple[str, Any]:
     conn = engine.build(conn_state)
     try:
-        return "ok", engine.run_query(conn, query, tables)
+        return "ok", engine.run_query(conn, one_statement(query), tables)
     except engine.QueryError as err:
         return err.kind, str(err)
     finally:
