@@ -9,6 +9,7 @@ per request; transformers seeds each batch from its rows' seeds).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -36,16 +37,36 @@ def _fold(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
+NEGATIONS = frozenset({"not", "never", "except", "excluding", "opposite", "ignore", "instead"})  # "n't" reads "not"
+
+
+def _kept(value: str, text: str) -> bool:
+    """``value`` occurs in ``text`` as a whole: no letter or digit joined to it ('5' is not in 'Top 15', 'Lopez'
+    not in 'Lopezova'), nor a part joined by a dot or comma ('330' is not in '330.5', 'a@b.example' not in
+    'a@b.example.com')."""
+    head = r"(?<!\w)(?<!\w[.,])" if value[:1].isalnum() else ""
+    tail = r"(?!\w)(?![.,]\w)" if value[-1:].isalnum() else ""
+    return re.search(head + re.escape(value) + tail, text) is not None
+
+
 def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | None:
-    """None when ``text`` keeps every slot value; else the reject reason detail."""
+    """None when ``text`` keeps every slot value, each as a whole (``_kept``), and adds no negation the request did
+    not have (an LLM told to keep the values can still turn the request around); else the reject reason detail."""
     cleaned = text.strip()
     if not cleaned:
         return "empty paraphrase"
     if len(cleaned) > 3 * len(original) + 40:
         return "paraphrase far longer than the request"
     lost = [f"{slot}={format_value(v)!r}" for slot, v in values.items()
-            if _fold(format_value(v)) not in _fold(cleaned)]
-    return f"lost or changed {', '.join(lost)}" if lost else None
+            if not _kept(_fold(format_value(v)), _fold(cleaned))]
+    if lost:
+        return f"lost or changed {', '.join(lost)}"
+    added = sorted(NEGATIONS & set(_words(cleaned)) - set(_words(original)))
+    return f"adds {', '.join(repr(w) for w in added)}, which the request does not say" if added else None
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", re.sub(r"n['\u2019]t\b", " not", _fold(text)))
 
 
 class BackendParaphraser:

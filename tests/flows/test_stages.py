@@ -48,6 +48,25 @@ def test_paraphrase_check_catches_lost_and_changed_values() -> None:
     assert check_paraphrase(original, "   ", values) == "empty paraphrase"
 
 
+def test_a_paraphrase_that_changes_a_value_around_the_kept_digits_or_turns_the_request_around_is_rejected() -> None:
+    """The check looked for each value as a substring: 'Top 15' kept 5, 'above 3300' kept 330, 'Lopezova' kept
+    Lopez, so a task was published whose request says 15 and whose reference says 5 (probe, thirty-fifth session);
+    and an added 'NOT' turned the request around with every value kept."""
+    changed = [("Top 5 products", "Top 15 products", {"n": 5}), ("above 330", "above 3300", {"v": 330}),
+               ("above 330", "above 1,330", {"v": 330}), ("above 330", "above 330.5", {"v": 330}),
+               ("mail James Lopez", "mail James Lopezova", {"who": "James Lopez"}),
+               ("mail a@b.example", "mail a@b.example.com", {"to": "a@b.example"})]
+    for original, text, values in changed:
+        assert "lost or changed" in (check_paraphrase(original, text, values) or ""), text
+    kept = [("Top 5 products", "the top 5, by sales", {"n": 5}), ("above 330", "over 330.", {"v": 330}),
+            ("mail James Lopez", "send JAMES LOPEZ a mail", {"who": "James Lopez"})]
+    for original, text, values in kept:
+        assert check_paraphrase(original, text, values) is None, text
+    turned = check_paraphrase("List orders above 330", "List the orders that are not above 330", {"v": 330})
+    assert turned == "adds 'not', which the request does not say"
+    assert check_paraphrase("Do not delete file 7", "Don't remove file 7, do not delete it", {"f": 7}) is None
+
+
 def test_exact_dedupe_keeps_first_and_checks_seen() -> None:
     rows = [{"id": "a", "n": 1}, {"id": "b"}, {"id": "a", "n": 2}, {"id": "s"}]
     kept, dups = exact_dedupe(rows, {"s"})
