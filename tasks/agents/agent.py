@@ -5,7 +5,9 @@ its token budget or reaches max_steps; the episode's trajectory is OpenAI chat m
 Contract:
 - A policy is ``policy(messages, tools) -> PolicyReply``: native OpenAI ``tool_calls``, or text that is one
   JSON object ``{"tool": ..., "args": {...}}`` (or a list of them), the project's text format for models
-  without native tool calling. Any other text is the final answer.
+  without native tool calling. Any other text is the final answer. A reply never raises: JSON nested deeper than
+  ``protocol.MAX_DEPTH`` is text, and a malformed native call is made well formed (``native_call``) and gets an
+  error observation.
 - The environment is in process (``LocalEnv``) or the resources server over HTTP (``HTTPEnv``); both give
   one fresh session per episode and score it with the same verifier.
 - ``run_episode`` runs one episode; ``run_episodes`` runs several in lockstep, each in its own session, asking a
@@ -31,6 +33,7 @@ from flywheel.tasks.inference.policy import (
     call_arguments,
     parse_action,
 )
+from flywheel.tasks.inference.protocol import native_call
 from flywheel.verifiers.common import one_line
 from flywheel.verifiers.envs.workplace.workplace import Session, score_session
 from flywheel.verifiers.fetch import bounded_post
@@ -160,19 +163,30 @@ def _open(env: Env, task: Task) -> _Open:
     return _Open(env.seed(task), [m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task))
 
 
+def _calls(reply: PolicyReply) -> list[dict[str, Any]] | None:
+    """The reply's tool calls in OpenAI's shape: native calls made well formed (``native_call``: a malformed one
+    gets an error observation), else those its text writes (``parse_action``); None for a final answer. A model's
+    reply never raises here: deep or malformed JSON is plain text."""
+    native = reply.tool_calls
+    if native:
+        items = native if isinstance(native, list | tuple) else [native]
+        return [native_call(c, i) for i, c in enumerate(items)]
+    return parse_action(reply.text if isinstance(reply.text, str) else None)
+
+
 def _act(env: Env, ep: _Open, reply: PolicyReply, max_steps: int, max_tokens: int) -> None:
     """One step of an episode: the reply's calls go to its session and their observations are appended; a reply
     without calls is the final answer."""
     ep.steps += 1
     ep.tokens += reply.completion_tokens
-    calls = reply.tool_calls or parse_action(reply.text)
+    calls = _calls(reply)
     if not calls:
-        ep.messages.append({"role": "assistant", "content": reply.text or ""})
+        ep.messages.append({"role": "assistant", "content": reply.text if isinstance(reply.text, str) else ""})
         ep.stop = "answer"
         return
     ep.messages.append({"role": "assistant", "content": None, "tool_calls": calls})
     for call in calls:
-        name = call.get("function", {}).get("name", "")
+        name = call["function"]["name"]
         observation = env.call(ep.session_id, name, call_arguments(call))
         ep.messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
                             "content": json.dumps(observation)})

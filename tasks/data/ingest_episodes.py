@@ -9,8 +9,9 @@ Contract (``rescore_episode(traj, catalog, row)``, called by ``ingest.rescore`` 
   agent's own calls. Neither: ``no_reference``.
 - The regression task: the env's system prompt, the user's request, the catalog's tools offered or expected, the
   expected calls and the initial state as reference, the golden final state by replaying them
-  (``EnvSpec.replay_reference``). Expected calls that fail, or whose replay does not score 1.0, are
-  ``invalid_reference``.
+  (``EnvSpec.replay_reference``). A state the tools cannot work on (a missing table, a record without a field the
+  tools read), expected calls that fail, or whose replay raises or does not score 1.0, are ``invalid_reference``:
+  one row's reject, and the ingest of the other lines goes on.
 - The agent's episode (its assistant messages' calls, in order) is replayed in a fresh session and scored by the
   current verifier; a failure becomes the task. A verifier pass on a failed outcome is flagged ``disagrees``.
 """
@@ -122,6 +123,9 @@ def rescore_episode(traj: Any, catalog: dict[str, ToolSpec], row: dict[str, Any]
             calls=calls, state=traj.state))))
     except ValueError as exc:
         return row | {"bucket": "invalid_reference", "detail": f"the expected calls do not replay: {exc}"[:300]}
+    except Exception as exc:  # noqa: BLE001 - a state a tool cannot work on: this row's reject, never a crashed ingest
+        return row | {"bucket": "invalid_reference",
+                      "detail": f"the expected calls do not replay: {type(exc).__name__}: {exc}"[:300]}
     problem = spec.check_reference(task)
     if problem is not None:
         return row | {"bucket": "invalid_reference", "detail": f"{problem[0]}: {problem[1]}"[:300]}

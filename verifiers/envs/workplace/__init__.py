@@ -20,10 +20,13 @@ PROMPT = ("You are a workplace assistant with access to the company's mail, cale
 
 def replayed(task: Task) -> Reference:
     """The task's reference with its golden final state: the reference calls replayed in a fresh session from the
-    initial state; ValueError when the state is not a workplace state or a reference call fails."""
+    initial state; ValueError when the state is not a workplace state (every table, records with the fields the tools
+    read: a state a tool would crash on) or a reference call fails."""
     from flywheel.verifiers.envs.workplace.workplace_sessions import state_problem
+    from flywheel.verifiers.envs.workplace.workplace_tools import records_problem
 
-    problem = state_problem("state", task.reference.state)
+    state = task.reference.state
+    problem = state_problem("state", state) or records_problem("state", state)
     if problem:
         raise ValueError(problem)
     session = workplace.Session.seeded(task)

@@ -17,6 +17,32 @@ TABLES = ("emails", "events", "projects", "tasks", "contacts", "deals", "interac
 ME = "me@acme.example"
 
 
+# The fields of a record the tools read, per table (a tool on a record without them would raise KeyError), and
+# those that must be strings (``reply_email`` writes "Re: " + subject).
+READS: dict[str, tuple[str, ...]] = {
+    "emails": ("from", "subject", "body", "folder"), "events": ("date",), "projects": ("name",),
+    "tasks": ("project_id", "assignee"), "contacts": ("name", "company"), "deals": ("company",), "interactions": (),
+}
+STRINGS: dict[str, tuple[str, ...]] = {"emails": ("subject",)}
+
+
+def records_problem(name: str, state: dict[str, Any]) -> str | None:
+    """Why the tools cannot work on ``state`` (already {table: {id: record object}}), or None: every table is
+    there and every record has the fields the tools read (``READS``, ``STRINGS``)."""
+    missing = [t for t in TABLES if t not in state]
+    if missing:
+        return f"reference.{name} has no {', '.join(missing)} table: a workplace state has all of {', '.join(TABLES)}"
+    for table, fields in READS.items():
+        for rid, record in state[table].items():
+            absent = [f for f in fields if f not in record]
+            if absent:
+                return f"reference.{name}.{table}.{rid} has no {', '.join(absent)}: the tools read them"
+            wrong = [f for f in STRINGS.get(table, ()) if not isinstance(record[f], str)]
+            if wrong:
+                return f"reference.{name}.{table}.{rid}.{wrong[0]} must be a string"
+    return None
+
+
 class ToolError(ValueError):
     """The agent asked for something that does not exist; it sees the message and can recover."""
 
