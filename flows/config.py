@@ -8,11 +8,12 @@ error is one line, never a flow's traceback.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from flywheel.schemas import Thresholds
 from flywheel.schemas.records import MAX_SEED, folder_name
@@ -28,6 +29,7 @@ LoraTargets = Literal["attention", "all-linear"]
 Curriculum = Literal["mixed", "failures", "both"]
 ReplayFocus = Literal["all", "tools"]
 RunBackend = Literal["auto", "transformers", "vllm"]
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
 MAX_ROWS = 10_000_000  # generate --n: 100x the 100k-row bench flow
 BACKEND_HELP = ("auto: vllm when it is installed (.venv-vllm or importable) and the eval has at least 100 rollouts, "
                 "else transformers | transformers | vllm (an adapter is served merged into its base) | openai")
@@ -60,6 +62,44 @@ def check_parent(folder: str, env: str) -> None:
                          f"--env generated ({env})")
 
 
+class ParameterError(ValueError):
+    """A deployment run's parameter failed its config's validation; the message, one line, names it."""
+
+
+def parameter_error(exc: ValidationError) -> str:
+    """One line for a config's ValidationError: the parameter, pydantic's message and the value given (a model
+    validator's message names its options itself), never pydantic's multi-line dump with a docs link."""
+    errors = exc.errors()
+    e, more = errors[0], f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    msg = " ".join(str(e["msg"]).removeprefix("Value error, ").split())
+    if not e["loc"]:
+        return f"{msg}{more}: change the run's parameters"
+    got = "" if isinstance(e.get("input"), dict) else f", got {' '.join(repr(e.get('input'))[:80].split())}"
+    return f"parameter {'.'.join(map(str, e['loc']))}: {msg}{got}{more}: change it in the run's parameters"
+
+
+def from_parameters(model: type[ConfigT], /, **params: Any) -> ConfigT:
+    """``model(**params)`` for a deployment entry flow (flows/deployments.py): the Prefect UI's Run and schedules
+    skip the CLI, whose ``explain`` makes a ValidationError one line; here it is a ParameterError of one line."""
+    try:
+        return model(**params)
+    except ValidationError as exc:
+        raise ParameterError(parameter_error(exc)) from None
+
+
+def rows_per_tool(heldout_fraction: float) -> int:
+    """The fewest rows a tool needs for the split to hold one of them out (``tasks/data/split.py``: a tool's groups
+    go to held-out while they fill at most its share, a row counting from half of it, and its last group stays in
+    train)."""
+    return max(2, math.ceil(0.5 / heldout_fraction - 1e-9))
+
+
+def heldout_advice(rows: int, heldout_fraction: float) -> str:
+    return (f"{rows} rows at --heldout-fraction {heldout_fraction:g} (the split holds rows out per tool, and a tool "
+            f"needs at least {rows_per_tool(heldout_fraction)} rows for one to be held out): raise --n or "
+            "--heldout-fraction")
+
+
 class GenerateConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -83,6 +123,8 @@ class GenerateConfig(BaseModel):
     parents: tuple[str, ...] = ()
     seeds_dir: str = str(SEEDS_DIR)
     cache_dir: str | None = None
+    min_heldout: int = Field(default=0, ge=0, le=MAX_ROWS, description="fail before publishing when the held-out "
+                             "split has fewer tasks (flywheel run: 1, its evals read held-out)")
 
     @field_validator("name")
     @classmethod
@@ -320,6 +362,9 @@ class RunConfig(BaseModel):
         for env in (self.env, *self.capability_envs):
             if env not in env_names():
                 raise ValueError(f"--env {env!r} is not an env; choose one of {', '.join(env_names())}")
+        if self.n < rows_per_tool(self.heldout_fraction):  # no tool can hold a row out: every eval would be empty
+            raise ValueError(f"--n {self.n}: the held-out split would be empty with "
+                             f"{heldout_advice(self.n, self.heldout_fraction)}")
         if self.grpo_replay_focus != "all" and not self.grpo_replay:
             raise ValueError(f"--grpo-replay-focus {self.grpo_replay_focus} chooses what GRPO replays: give "
                              "--grpo-replay above 0 too (or drop --grpo-replay-focus)")

@@ -63,21 +63,39 @@ def load_split(config: EvalConfig) -> tuple[list[Task], list[str], dict[str, Any
     return tasks, frame["tool"].to_list(), info
 
 
+def base_identity(model: Path) -> dict[str, str] | None:
+    """An adapter's base checkpoint as the report names it (``model.base``): the folder its
+    ``base_model_name_or_path`` resolves to (absolute, relative to the adapter folder, or null: the embedded model)
+    and its fingerprints (``hash``: every file, ``weights``: the files that decide what it writes); None for a full
+    checkpoint. The adapter's own files do not name their base's weights: the same adapter on another base writes
+    other texts, so `flywheel promote` checks this against the base the registered version resolves to.
+    ValueError when the base is not a local model folder."""
+    if not is_adapter(model):
+        return None
+    base = adapter_base(model)
+    if not (base / "config.json").is_file():
+        raise ValueError(f"{model}'s base {base} is not a local model folder (no config.json)")
+    every, weights = fingerprints(base)
+    return {"model_id": str(base.resolve()), "hash": every, "weights": weights}
+
+
 def model_info(config: EvalConfig, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The report's model (ref, backend, model_id, the hash of all its files and, ``weights``, of those that decide
-    what it writes) and its identity in batch keys: a local model by the files that decide what it writes (and an
-    adapter by its base too), not by its folder (GRPO's kept start adapter is SFT's weights, saved again), so a
-    batch of the same weights elsewhere is the same batch; a served model by its URL and name."""
+    what it writes; ``base``: an adapter's base, ``base_identity``) and its identity in batch keys: a local model by
+    the files that decide what it writes (and an adapter by its base's too), not by its folder (GRPO's kept start
+    adapter is SFT's weights, saved again), so a batch of the same weights elsewhere is the same batch, and a base
+    replaced in place is another batch; a served model by its URL and name."""
     if kind == "openai":
         model_id = f"{(config.base_url or '').rstrip('/')}#{config.model}"
-        return ({"ref": config.model, "backend": kind, "model_id": model_id, "hash": None, "weights": None},
+        return ({"ref": config.model, "backend": kind, "model_id": model_id, "hash": None, "weights": None,
+                 "base": None},
                 {"backend": kind, "model_id": model_id})
     path = resolve_model(config.model)
     every, output = fingerprints(path)
-    base = str(adapter_base(path).resolve()) if is_adapter(path) else None
+    base = base_identity(path)
     return ({"ref": config.model or "embedded", "backend": kind, "model_id": str(path), "hash": every,
-             "weights": output},
-            {"backend": kind, "weights": output, "base": base})
+             "weights": output, "base": base},
+            {"backend": kind, "weights": output, "base": base and base["weights"]})
 
 
 def _key(value: Any) -> str:
@@ -172,14 +190,19 @@ def make_report(config: EvalConfig, frame: pl.DataFrame, dataset: dict[str, Any]
                 verifiers: dict[str, str], batch_counts: dict[str, int], timings: dict[str, float],
                 copied_from: dict[str, int] | None = None) -> EvalReport:
     k, prices = config.samples, (config.price_in, config.price_out)
+    if "base" not in model and model.get("hash") is not None:  # a caller that names the model itself (tests)
+        model = {**model, "base": base_identity(Path(model["model_id"]))}
     metrics = summarize(frame, k, config.bootstrap, config.seed, prices)
     groups = {col: {v: summarize(frame.filter(pl.col(col) == v), k, config.bootstrap, config.seed, prices)
                     for v in sorted(frame[col].unique().to_list())} for col in ("env", "tool")}
     table = per_task(frame)
     return EvalReport(
         dataset=dataset, split=config.split, model=model, seed=config.seed, samples=k,
+        # everything that decides what a rollout is, for `flywheel promote`'s like-for-like check (flows/promote.py:
+        # _same_run says which of them it compares, and when)
         sampling={"temperature": config.temperature, "top_p": config.top_p, "max_tokens": config.max_tokens,
-                  "max_steps": config.max_steps, "batch_size": config.batch_size},
+                  "max_steps": config.max_steps, "batch_size": config.batch_size,
+                  "native_tools": config.native_tools, "prefix_cache": config.prefix_cache},
         success_threshold=config.success_threshold, verifiers=verifiers, n_tasks=table.height,
         n_rollouts=frame.height, metrics=metrics, per_env=groups["env"], per_tool=groups["tool"],
         failure_buckets=buckets(frame), decision=decide(metrics, k, config.thresholds), task_pass=task_pass(table),

@@ -23,7 +23,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flywheel.flows.config import GenerateConfig
+from flywheel.flows.config import GenerateConfig, heldout_advice
 from flywheel.flows.results import GenerateResult, QualityResult, SplitResult, StageResult
 from flywheel.flows.runtime import (
     REJECT_SCHEMA,
@@ -209,12 +209,18 @@ def generate_dataset(config: GenerateConfig) -> GenerateResult:
                       config.ngram, config.unit)
     log.reject_files.append(split.rejected)
     log.stage_counts["split"] = split.counts
+    if split.counts["heldout"] < config.min_heldout:  # before publishing: no version the caller cannot use
+        rows, rejected = sum(split.counts.values()), split.counts["rejected"]
+        raise DatasetError(f"the held-out split has {split.counts['heldout']} tasks, fewer than the "
+                           f"{config.min_heldout} needed ({rejected} held-out rows rejected as near-duplicates of "
+                           f"train), with {heldout_advice(rows, config.heldout_fraction)}")
     reasons = reason_counts(log.reject_files)
     counts = {"train": split.counts["train"], "heldout": split.counts["heldout"],
               "rejected": sum(reasons.values()), "candidates": candidates, "requested": config.n}
     manifest = {
         "env": config.env, "counts": counts, "stage_counts": log.stage_counts, "reject_reasons": reasons,
-        "params": config.model_dump(mode="json", exclude={"out", "cache_dir", "workers", "dask_address", "seeds_dir"}),
+        "params": config.model_dump(mode="json", exclude={"out", "cache_dir", "workers", "dask_address", "seeds_dir",
+                                                          "min_heldout"}),
         "run_seed": config.seed, "code_version": code_version(), "seeds_hash": seeds_hash,
         "parents": tuple(str(Path(p).resolve()) for p in config.parents),  # the folders, links resolved
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

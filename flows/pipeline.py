@@ -6,7 +6,8 @@ Contract: ``run_pipeline(config)`` runs each stage as the same flow its own comm
 ``baseline-eval``, ``train-policy``, ``promote``) as subflows, so the Prefect UI shows one tree. Every eval uses
 the same held-out tasks, seeds and sampling, so the gate compares like with like. Results land under OUT:
 ``datasets/``, ``eval-baseline/``, ``sft/``, ``grpo/`` (each with ``eval/``), ``registry/``, and
-``summary.json`` + ``summary.md`` (the before/after table), written last.
+``summary.json`` + ``summary.md`` (the before/after table), written last. ``run_config.json`` records the options
+once the dataset is published; a rerun into OUT with other options is refused before any stage (``check_run_claim``).
 """
 
 from __future__ import annotations
@@ -24,16 +25,19 @@ from pydantic import BaseModel
 from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig
 from flywheel.flows.eval import eval_policy
 from flywheel.flows.generate import run_generate
-from flywheel.flows.promote import promote_model
+from flywheel.flows.promote import promote_model, promote_result
 from flywheel.flows.results import EvalSummary, PromoteResult, Result, RunSummary, StageSummary, TrainResult
 from flywheel.flows.runtime import link_artifacts
 from flywheel.flows.train import train_policy
-from flywheel.tasks.files import check_destination, write_text_atomic
+from flywheel.tasks.files import changed_options, check_destination, read_claim, write_text_atomic
 from flywheel.tasks.release.gate import Delta, GateConfig, pick_stage
 from flywheel.tasks.training.train import TrainConfig
 
-__all__ = ["RunConfig", "downstream", "run_pipeline", "table"]  # RunConfig lives in flows/config.py
+__all__ = ["RunConfig", "check_run_claim", "downstream", "run_pipeline", "table"]  # RunConfig lives in flows/config.py
 TRAIN_DEPLOYMENT, PROMOTE_DEPLOYMENT = "train-policy/gpu", "promote/gate"
+CLAIM = "run_config.json"  # the options OUT's run was started with (check_run_claim)
+# where the work runs, not what it makes (and OUT itself, however it is spelled)
+UNCLAIMED = frozenset({"out", "workers", "dask_address", "gpu_pool"})
 
 ROWS = (("success_rate", "success"), ("valid_output_rate", "valid output"), ("correct_tool_rate", "right tool"),
         ("correct_args_rate", "right args"), ("unsafe_action_rate", "unsafe"), ("mean_reward", "mean reward"),
@@ -195,7 +199,7 @@ def _capability(config: RunConfig, adapter: str) -> dict[str, tuple[str, str]]:
             continue
         dataset = run_generate(GenerateConfig(env=env, n=max(20, 6 * config.capability_tasks), seed=config.seed,
                                               out=str(Path(config.out) / "datasets"), workers=config.workers,
-                                              dask_address=config.dask_address)).version_dir
+                                              dask_address=config.dask_address, min_heldout=1)).version_dir
         folders = []
         for name, model in (("baseline", None), ("candidate", adapter)):
             folder = str(Path(config.out) / "capability" / env / name)
@@ -214,7 +218,7 @@ def _promote(config: RunConfig, version: str, candidate_eval: str,
             "config": GateConfig(seed=config.seed), "capability": capability}
     if config.gpu_pool:
         return downstream(PROMOTE_DEPLOYMENT, None, args, PromoteResult)  # promotion needs no GPU: any pool
-    return promote_model(**args)
+    return promote_result(promote_model(**args, return_state=True))  # a rejected gate's run is Failed, with a summary
 
 
 def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: type[Result] | None = None) -> Any:
@@ -233,6 +237,10 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
         raise RuntimeError(f"deployment {name} runs on work pool {deployment.work_pool_name!r}, not {pool!r}")
     params = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in parameters.items()}
     run = run_deployment(name, parameters=params, timeout=None)
+    if run.state is not None and run.state.is_failed() and result is PromoteResult:
+        value = run.state.result(raise_on_failure=False)  # a rejected gate: Failed, its summary as data
+        if not isinstance(value, BaseException) and value is not None:
+            return result.model_validate(value)
     if run.state is None or not run.state.is_completed():
         state = run.state.type.value if run.state else "unknown"
         raise RuntimeError(f"{name} run {run.name} ended {state}: {run.state.message if run.state else ''}")
@@ -262,19 +270,47 @@ def gate_line(pick: str, gate: PromoteResult) -> str:
     return line + "".join(f"- failed: {f}\n" for f in gate.failures)
 
 
+def check_run_claim(config: RunConfig) -> None:
+    """OUT belongs to one set of options: a rerun into it reuses its stages (the dataset, evals, adapters, each
+    checked by its own stage), so another option would fail only at the stage it changes, after the cached ones ran.
+    Run by the CLI before the flow and by ``run_pipeline`` before any stage. Where the work runs (``UNCLAIMED``) may
+    change; an option added since the run was recorded reads as its default. The record is OUT/run_config.json, or
+    for a run made before it was written, the config its summary.json holds. ValueError naming each changed option."""
+    out, what = Path(config.out), "a flywheel run's record"
+    saved, old = out / CLAIM, read_claim(out / CLAIM, what)
+    if old is None:
+        saved, summary = out / "summary.json", read_claim(out / "summary.json", what)
+        old = summary and summary.get("config")
+        if summary is not None and not isinstance(old, dict):
+            raise ValueError(f"{saved} is not {what} (no config object): pass a new --out")
+    if old is None:
+        return
+    mine = config.model_dump(mode="json")
+    changed = changed_options(old, config, UNCLAIMED)
+    if changed:
+        what = ", ".join(f"--{k.replace('_', '-')} {json.dumps(old.get(k, '(not recorded)'))} there, "
+                         f"{json.dumps(mine.get(k, '(not an option)'))} now" for k in changed)
+        raise ValueError(f"{out} holds a flywheel run with other options ({what}; recorded in {saved.name}): rerun "
+                         "with its values to resume it, or pass a new --out")
+
+
 @flow(name="flywheel-run")
 def run_pipeline(config: RunConfig) -> RunSummary:
     t0 = time.perf_counter()
     out = Path(config.out)
     check_destination(out, "--out")  # the CLI checked it; a deployment run skips the CLI
+    check_run_claim(config)  # so did this: another run's OUT is refused before any stage, not at the one it changes
     if warning := speed_warning(config):
         from prefect.logging import get_run_logger
 
         get_run_logger().warning(warning)
+    # min_heldout: a dataset whose held-out split is empty fails before it is published (every eval reads held-out)
     gen = run_generate(GenerateConfig(env=config.env, n=config.n, seed=config.seed, out=str(out / "datasets"),
                                       heldout_fraction=config.heldout_fraction, workers=config.workers,
-                                      dask_address=config.dask_address))
+                                      dask_address=config.dask_address, min_heldout=1))
     dataset = gen.version_dir
+    # claimed once the dataset is there: a run that failed making it (too few rows) is rerun with other options
+    write_text_atomic(out / CLAIM, json.dumps(config.model_dump(mode="json"), indent=2) + "\n")
     evaluation = EvalConfig(dataset=dataset, out=str(out / "eval-baseline"), limit=config.eval_limit,
                             seed=config.seed, max_tokens=config.max_tokens, temperature=config.temperature,
                             prefix_cache=config.prefix_cache, backend=config.eval_backend)

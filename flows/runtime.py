@@ -11,6 +11,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -212,8 +213,11 @@ def files_hash(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
+@functools.cache
 def code_version() -> str:
-    """Package version plus a hash of every source file the stages run: part of every cache key."""
+    """Package version plus a hash of every source file the stages run: part of every cache key. Once per process:
+    the code that runs is what was imported, whatever is edited on disk meanwhile (an eval started before an edit
+    and the one after, in one `flywheel run`, are of the same code)."""
     from flywheel.flows import __version__
 
     root = Path(__file__).resolve().parents[1]

@@ -3,8 +3,10 @@
 Contract: an EvalReport names exactly what was measured (dataset version and content hash, split, model and its
 file hash, backend, sampling, seeds, verifier versions, code version), so any number traces back to its inputs.
 Its ``model`` holds string ``ref``, ``backend`` and ``model_id``, and ``hash`` (every file) and ``weights`` (the
-files that decide the outputs) as sha256 or null (a served model); ``rollouts_sha256`` is the sha256 of the
-rollouts.parquet written beside it (null in reports written before it was recorded).
+files that decide the outputs) as sha256 or null (a served model), and ``base``: an adapter's base checkpoint
+(``model_id``, ``hash``, ``weights``, as above), null for a full checkpoint or a served model (absent in reports
+written before it was recorded); ``rollouts_sha256`` is the sha256 of the rollouts.parquet written beside it (null
+in reports written before it was recorded).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ def _model_fields(model: dict[str, Any]) -> dict[str, Any]:
     for key in ("hash", "weights"):
         if not isinstance(model.get(key), str | None):
             raise ValueError(f"model.{key} must be a string or null")
+    base = model.get("base")
+    if base is not None and not (isinstance(base, dict) and all(isinstance(base.get(k), str)
+                                                                for k in ("model_id", "hash", "weights"))):
+        raise ValueError("model.base must be null or an object with string model_id, hash and weights")
     return model
 
 

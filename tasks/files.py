@@ -34,7 +34,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 class OutputError(OSError, ValueError):
@@ -199,6 +199,36 @@ def read_regular(path: Path, max_bytes: int) -> bytes:
     return data
 
 
+def read_claim(saved: Path, what: str) -> dict[str, Any] | None:
+    """The options a run recorded in ``saved`` (a JSON object, read bounded and strict), None when there is none;
+    ValueError when it is not one (a FIFO, a link to a device, a list: one line, never a hang)."""
+    from flywheel.schemas.records import strict_json  # here, not above: the vLLM worker imports this module
+
+    if not (saved.exists() or saved.is_symlink()):
+        return None
+    try:
+        found = strict_json(read_regular(saved, 64 << 20))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ValueError(f"{saved} is not {what} ({why}): pass a new --out") from None
+    if not isinstance(found, dict):
+        raise ValueError(f"{saved} is not {what} (not a JSON object): pass a new --out")
+    return found
+
+
+def changed_options(found: dict[str, Any], config: Any, ignored: frozenset[str] = frozenset()) -> list[str]:
+    """The options of ``config`` (a pydantic model) whose JSON value differs from the recorded ``found``, but
+    ``ignored``, and any option ``found`` has that ``config`` does not know; an option added since the record was
+    written reads as its default: the same run, resumable after an upgrade."""
+    from pydantic_core import to_jsonable_python
+
+    mine = config.model_dump(mode="json")
+    defaults = {k: to_jsonable_python(f.default) for k, f in type(config).model_fields.items() if not f.is_required()}
+    old = {**{k: v for k, v in mine.items() if k not in found and k in defaults and v == defaults[k]}, **found}
+    return [k for k in (*mine, *(set(found) - set(mine))) if k not in ignored
+            and old.get(k, "(not recorded)") != mine.get(k, "(not an option)")]
+
+
 def published_version(path: Path) -> Path | None:
     """The published dataset version folder (``v-`` and 12 hex digits, holding manifest.json) that ``path`` is or
     lies in, links resolved; None when it is in none."""
@@ -209,12 +239,31 @@ def published_version(path: Path) -> Path | None:
     return None
 
 
+# what ``tasks/release/registry.py`` writes in each of a registry's two folders (events, versions; temp names too)
+REGISTRY_ENTRIES = {"events": re.compile(r"[0-9]{6,}\.json|\.event-.*"),
+                    "versions": re.compile(r"mv-[0-9a-f]{12}|\.tmp-.*")}
+
+
+def is_registry(folder: Path) -> bool:
+    """The one definition of a model registry (``check_destination``, ``Registry.exists``, ``check_train_paths``):
+    a folder holding events/ and versions/, or one of them that holds only what the registry writes there (event
+    files, version folders, their temp names) or nothing: a first ``register`` killed before it made the other
+    folder leaves a registry half made, still a registry (outputs are refused inside it, ``--registry`` uses it).
+    A lone events/ or versions/ of other files is not one. Links are followed; an unreadable folder counts."""
+    try:
+        parts = [name for name in REGISTRY_ENTRIES if (folder / name).is_dir()]
+        if len(parts) != 1:
+            return len(parts) == 2
+        return all(REGISTRY_ENTRIES[parts[0]].fullmatch(entry.name) for entry in (folder / parts[0]).iterdir())
+    except OSError:
+        return True  # cannot be told apart: refuse writes there rather than guess
+
+
 def registry_root(path: Path) -> Path | None:
-    """The model registry (a folder holding events/ and versions/) that ``path`` is or lies in, links resolved;
-    None when it is in none."""
+    """The model registry (``is_registry``) that ``path`` is or lies in, links resolved; None when it is in none."""
     resolved = path.resolve()
     for folder in (resolved, *resolved.parents):
-        if (folder / "events").is_dir() and (folder / "versions").is_dir():
+        if is_registry(folder):
             return folder
     return None
 

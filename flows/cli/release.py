@@ -32,7 +32,7 @@ def promote(
                                                  "call (latency is reported, not gated: it depends on machine load)."),
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
-    from flywheel.flows.promote import check_candidate, load_evals, production_eval, promote_model
+    from flywheel.flows.promote import check_candidate, load_evals, production_eval, promote_model, promote_result
     from flywheel.tasks.release.gate import GateConfig, GateError
     from flywheel.tasks.release.registry import Registry
 
@@ -57,8 +57,10 @@ def promote(
         else:
             candidate = load_evals(str(baseline_eval), str(candidate_eval))[2]
         check_candidate(reg, gated, candidate)
-        summary = in_api(lambda: promote_model(str(registry), version, str(baseline_eval), str(candidate_eval), config,
-                                                override, gated_against=gated_against))
+        # a rejected gate ends its flow run Failed with the summary as its data: read from the final state
+        summary = in_api(lambda: promote_result(promote_model(
+            str(registry), version, str(baseline_eval), str(candidate_eval), config, override,
+            gated_against=gated_against, return_state=True)))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
     lo, hi = summary.success_ci
@@ -91,8 +93,8 @@ def registry_list(registry: Path = REGISTRY) -> None:
     try:
         reg = Registry(registry)
         if not reg.exists():
-            raise ValueError(f"no registry at {registry} (no events folder): check --registry or $FLYWHEEL_REGISTRY; "
-                             "`flywheel train` registers the first version")
+            raise ValueError(f"no registry at {registry} (no events or versions folder): check --registry or "
+                             "$FLYWHEEL_REGISTRY; `flywheel train` registers the first version")
         events, aliases = reg.events(), reg.aliases()
     except (ValueError, OSError) as exc:
         fail(explain(exc))

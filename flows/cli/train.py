@@ -143,7 +143,7 @@ def run_(
 ) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
     values = {k: v for k, v in locals().items() if k != "ctx"}  # first: every option's value, nothing else yet
-    from flywheel.flows.pipeline import run_pipeline
+    from flywheel.flows.pipeline import check_run_claim, run_pipeline
 
     # only the options given: the rest come from the --profile preset, then from RunConfig's defaults (typer's
     # vendored click has its own ParameterSource enum: compare by name)
@@ -153,6 +153,7 @@ def run_(
         config = RunConfig(**given)
         out = Path(config.out)
         check_output(out, "--out", folder_wanted=True)  # a file, a published version, a registry: refused now
+        check_run_claim(config)  # an OUT of a run with other options too
         summary = with_progress(lambda: run_pipeline(config))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))

@@ -292,10 +292,57 @@ def _first_error(err: ValueError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}"
 
 
+OPENAI_BASE_URL = "https://api.openai.com/v1"  # the official API: the key may always go there
+KEY_BASE_URLS = "FLYWHEEL_OPENAI_BASE_URLS"  # the worker operator's list of other base URLs the key may go to
+
+
+def _origin(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, path) of a base URL, case and default port and trailing slash aside."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a port that is not a number: matches nothing
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key_destination(base_url: str, api_key: str | None) -> None:
+    """The API key (the worker's $OPENAI_API_KEY) goes only where the worker's operator said it may: the official
+    API (``OPENAI_BASE_URL``), a server on this machine (loopback: ``flywheel serve``, a local vLLM), or a base URL
+    listed, comma-separated, in $FLYWHEEL_OPENAI_BASE_URLS. A base URL is a run's parameter (the Prefect UI's Run,
+    a schedule) that anyone who can start a run may type; the key is not. Without a key nothing is checked (none
+    is sent). Redirects are never followed, so an allowed server cannot pass the key on. ValueError."""
+    if not api_key:
+        return
+    target = _origin(base_url)
+    listed = [u for u in os.environ.get(KEY_BASE_URLS, "").split(",") if u.strip()]
+    if _loopback(target[1]) or target in {_origin(u) for u in (OPENAI_BASE_URL, *listed)}:
+        return
+    raise ValueError(f"--base-url {base_url}: the API key ($OPENAI_API_KEY) is sent only to {OPENAI_BASE_URL}, a "
+                     f"server on this machine (127.0.0.1, localhost) or a base URL listed in ${KEY_BASE_URLS} "
+                     "(comma-separated, set by the worker's operator); add it there, or unset OPENAI_API_KEY for a "
+                     "server that needs no key")
+
+
 class OpenAIBackend:
     """Any OpenAI-compatible /v1/chat/completions server: a concurrency cap, retries with exponential backoff
     on connection errors, timeouts, 429 and 5xx; other 4xx fail at once with the server's message.
-    ``native_tools`` sends the tools as OpenAI ``tools``; otherwise they are rendered into the prompt."""
+    ``native_tools`` sends the tools as OpenAI ``tools``; otherwise they are rendered into the prompt. ``api_key``
+    goes only to a base URL ``check_key_destination`` allows."""
 
     name = "openai"
 
@@ -303,8 +350,9 @@ class OpenAIBackend:
                  api_key: str | None = None, native_tools: bool = False) -> None:
         import httpx
 
+        check_key_destination(base_url, api_key)  # before any connection: a typed base URL never gets the key
         self.httpx = httpx
-        self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s,
+        self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, follow_redirects=False,
                                    headers={"Authorization": f"Bearer {api_key or 'EMPTY'}"},
                                    limits=httpx.Limits(max_connections=concurrency))
         self.model, self.model_id = model, f"{base_url.rstrip('/')}#{model}"

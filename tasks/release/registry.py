@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from flywheel.schemas import sha256_text
 from flywheel.schemas.registry import Event, ModelVersion
 from flywheel.tasks.data.publish import file_sha256
-from flywheel.tasks.files import read_regular, share_tree
+from flywheel.tasks.files import is_registry, read_regular, share_tree
 
 MAX_EVENT_BYTES = 1 << 20  # an event is a few hundred bytes; a gate summary a few KB
 MAX_VERSION_BYTES = 16 << 20  # version.json: a training config, metrics and the file hashes
@@ -137,9 +137,9 @@ class Registry:
         return events
 
     def exists(self) -> bool:
-        """Whether a registry was made here (its events folder is there; events() says if it is damaged)."""
-        folder = self.root / "events"
-        return folder.exists() or folder.is_symlink()
+        """Whether a registry was made here, whole or half (``tasks/files.py: is_registry``, the one definition
+        outputs are refused by too); events() says if it is damaged."""
+        return is_registry(self.root)
 
     @contextlib.contextmanager
     def _locked(self, create: bool = False) -> Iterator[None]:
@@ -149,7 +149,7 @@ class Registry:
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.exists():
-            raise RegistryError(f"no registry at {self.root} (no events folder): check --registry or "
+            raise RegistryError(f"no registry at {self.root} (no events or versions folder): check --registry or "
                                 "$FLYWHEEL_REGISTRY")
         path = self.root / ".lock"
         try:
@@ -234,8 +234,9 @@ class Registry:
         digest = sha256_text(json.dumps(hashes, sort_keys=True))
         vid = f"mv-{digest[:12]}"
         target = self.root / "versions" / vid
+        for part in ("events", "versions"):  # both first: a command killed while copying leaves a registry
+            (self.root / part).mkdir(parents=True, exist_ok=True)
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
             try:
                 shutil.copytree(adapter_dir, tmp / "adapter")

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flywheel.schemas import Task
-from flywheel.schemas.records import MAX_SEED, strict_json
+from flywheel.schemas.records import MAX_SEED
 from flywheel.tasks.data.validate import reference_completion
-from flywheel.tasks.files import check_destination, read_regular, share_tree, write_text_atomic
+from flywheel.tasks.files import changed_options, check_destination, read_claim, share_tree, write_text_atomic
 from flywheel.tasks.training.margins import margin_score, reference_margins
 from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
@@ -315,19 +315,10 @@ def check_claim(out: Path, config: TrainConfig) -> None:
     """OUT belongs to one config: resuming checkpoints of another run would silently mix two trainings. Run by the
     CLI before any flow, and again by ``train``. ValueError: OUT holds another run, or a train_config.json that is
     not one (a FIFO, a link, not a JSON object: one line, never a hang)."""
-    saved, mine = out / "train_config.json", config.model_dump(mode="json")
-    if not (saved.exists() or saved.is_symlink()):
+    found = read_claim(out / "train_config.json", "a training run's config")
+    if found is None:
         return
-    try:
-        found = strict_json(read_regular(saved, 1 << 20))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ValueError(f"{saved} is not a training run's config ({why}): pass a new --out") from None
-    if not isinstance(found, dict):
-        raise ValueError(f"{saved} is not a training run's config (not a JSON object): pass a new --out")
-    # an option added since the run was saved reads as its default: the same run, resumable after an upgrade
-    added = {k: v for k, v in mine.items() if v == TrainConfig.model_fields[k].default}
-    if {**added, **found} != mine:
+    if changed_options(found, config):
         raise ValueError(f"{out} holds a training run with other options; rerun with the same options to resume it, "
                          "or pass a new --out")
 

@@ -124,10 +124,10 @@ def test_an_eval_of_another_model_is_not_an_eval_of_the_version(setup, tmp_path,
     other = eval_dir(tmp_path / "other", catalog, good_every=2, limit=12, bootstrap=100,
                      adapter=adapter(tmp_path / "b", 2))
     refused(setup, other, f"not the weights of {setup['version']}")
-    served = variant(setup["better"], tmp_path / "served",
-                     _set("model", {"ref": "policy", "backend": "openai", "model_id": "http://x/v1#policy",
-                                    "hash": None, "weights": None}))
-    refused(setup, served, "evaluate " + setup["version"] + "'s adapter locally")
+    api = {"ref": "policy", "backend": "openai", "model_id": "http://x/v1#policy", "hash": None, "weights": None}
+    served = variant(setup["better"], tmp_path / "served", _set("model", api))
+    served_base = variant(setup["base"], tmp_path / "served-base", _set("model", api | {"ref": "base"}))
+    refused(setup, served, "evaluate " + setup["version"] + "'s adapter locally", baseline=served_base)
     with pytest.raises(GateError, match="not the weights of"):  # the flow checks too, not only the CLI
         promote_model(str(setup["reg"].root), setup["version"], str(setup["base"]), str(other), GateConfig())
 
@@ -273,3 +273,170 @@ def test_a_deployment_cannot_pass_any_folder_as_production_s_kept_eval_or_turn_t
                       gated_against=version)
     with pytest.raises(ValidationError, match="less than or equal to 1000"):
         GateConfig(min_tool_rollouts=10**9)
+
+
+def _drop(*paths: str) -> Callable[[dict], None]:
+    """Remove keys from a report (as one written before they were recorded)."""
+    def edit(report: dict) -> None:
+        for path in paths:
+            *parents, key = path.split(".")
+            node = report
+            for p in parents:
+                node = node[p]
+            node.pop(key, None)
+    return edit
+
+
+def _both(*edits: Callable[[dict], None]) -> Callable[[dict], None]:
+    def edit(report: dict) -> None:
+        for e in edits:
+            e(report)
+    return edit
+
+
+def test_evals_of_other_backends_code_batch_sizes_or_prompt_options_are_refused(setup, tmp_path) -> None:
+    """_same_run compared dataset, split, threshold, verifiers and four sampling keys: two evals on other backends
+    (other kernels and random streams), by other code, with other batch sizes, with the prefix cache on and off
+    (sampled texts) or with tools sent natively and in the prompt were paired as like for like."""
+    root, good, base = tmp_path, setup["better"], setup["base"]
+    recorded = json.loads((good / "report.json").read_text())["sampling"]
+    assert recorded["native_tools"] is False and recorded["prefix_cache"] is True  # the eval records both now
+    cases = [("model.backend", "vllm", "backend transformers (baseline) vs vllm (candidate): evaluate both with the "
+              "same --backend"),
+             ("code_version", "0.0.1+000000000000", "code_version"),
+             ("sampling.batch_size", 64, "sampling batch_size 16 (baseline) vs 64 (candidate)"),
+             ("sampling.prefix_cache", False, "sampling prefix_cache True (baseline) vs False (candidate)")]
+    for i, (path, value, fragment) in enumerate(cases):
+        refused(setup, variant(good, root / f"c{i}", _set(path, value)), fragment)
+    api = {"ref": "policy", "backend": "openai", "model_id": "http://x/v1#policy", "hash": None, "weights": None}
+    served = variant(base, root / "served-base", _set("model", api))
+    native = variant(good, root / "native", _both(_set("model", api), _set("sampling.native_tools", True)))
+    refused(setup, native, "sampling native_tools False (baseline) vs True (candidate)", baseline=served)
+    # a report from before the fields: one side only is refused, with what to do
+    old = variant(good, root / "old", _drop("sampling.prefix_cache"))
+    refused(setup, old, "the candidate eval's report.json does not record sampling prefix_cache (written by an older "
+                        "`flywheel eval`) and the other's does: run `flywheel eval` again for the candidate")
+    old_base = variant(base, root / "old-base", _drop("sampling.native_tools", "sampling.prefix_cache"))
+    with pytest.raises(GateError, match="the baseline eval's report.json does not record sampling prefix_cache"):
+        load_evals(str(old_base), str(good))
+
+
+def test_settings_absent_on_both_sides_or_shown_not_to_change_outputs_are_not_refused(setup, tmp_path) -> None:
+    """Production's eval kept in the registry from before the new fields stays usable against a candidate eval that
+    lacks them too; the prefix cache does not count where greedy texts are shown byte-identical with and without it
+    (transformers, single-turn env), nor on backends that do not read it; native_tools only counts for served
+    models."""
+    root, good, base = tmp_path, setup["better"], setup["base"]
+    old = _drop("sampling.native_tools", "sampling.prefix_cache")
+    kept = variant(base, root / "kept", _both(old, _set("rollouts_sha256", None)))  # (the registry's copy)
+    load_evals(str(kept), str(variant(good, root / "cand", old)), kept_baseline=True)
+    greedy = _both(_set("sampling.temperature", 0.0), _set("dataset.env", "tool_call"))
+    load_evals(str(variant(base, root / "g-base", greedy)),
+               str(variant(good, root / "g-cand", _both(greedy, _set("sampling.prefix_cache", False)))))
+    vllm = _set("model.backend", "vllm")
+    load_evals(str(variant(base, root / "v-base", vllm)),
+               str(variant(good, root / "v-cand", _both(vllm, _set("sampling.prefix_cache", False),
+                                                         _set("sampling.native_tools", True)))))
+    agent = _both(_set("sampling.temperature", 0.0), _set("dataset.env", "workplace"))  # multi-turn: not shown
+    with pytest.raises(GateError, match="sampling prefix_cache True"):
+        load_evals(str(variant(base, root / "a-base", agent)),
+                   str(variant(good, root / "a-cand", _both(agent, _set("sampling.prefix_cache", False)))))
+
+
+def checkpoint(folder: Path, i: int) -> Path:
+    """A checkpoint-shaped folder (config.json and weights); the weights differ per i."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(bytes([i]) * 64)
+    return folder
+
+
+def based(folder: Path, i: int, base: str | None) -> Path:
+    """``adapter`` with its base_model_name_or_path set."""
+    adapter(folder, i)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps(config | {"base_model_name_or_path": base}))
+    return folder
+
+
+def test_an_eval_of_the_adapter_on_another_base_is_not_an_eval_of_the_version(setup, evals, tmp_path, catalog,
+                                                                              monkeypatch) -> None:
+    """check_candidate tied the eval to the adapter's files only: the same files with a null or relative base,
+    evaluated on another base, matched the version, as did an eval from before its absolute base was rewritten."""
+    root = tmp_path
+    # null base: the embedded model, resolved under another $FLYWHEEL_CACHE when the eval ran
+    with monkeypatch.context() as env:
+        env.setenv("FLYWHEEL_CACHE", str(root / "cache"))
+        checkpoint(root / "cache" / "smollm2-135m-instruct", 9)
+        elsewhere = eval_dir(root / "elsewhere", catalog, good_every=2, limit=12, bootstrap=100,
+                             adapter=evals["adapter"])
+    assert json.loads((elsewhere / "report.json").read_text())["model"]["base"]["model_id"].startswith(str(root))
+    refused(setup, elsewhere, f"not on the base {setup['version']}'s adapter resolves to")
+    old = variant(evals["better"], root / "old", _drop("model.base"))
+    refused(setup, old, "does not name the base model it ran")
+    # relative base: resolved beside the adapter where it was evaluated, beside the registry's copy when deployed
+    checkpoint(root / "x" / "base", 3)
+    relative = based(root / "x" / "adapter", 5, "../base")
+    rel_eval = eval_dir(root / "rel-eval", catalog, good_every=2, limit=12, bootstrap=100, adapter=relative)
+    reg = Registry(root / "reg-rel")
+    code, output = promote({**setup, "reg": reg, "version": reg.register(relative, FIELDS).id}, rel_eval)
+    assert code == 1 and "adapter has no base to deploy on" in one_error(output)
+    # absolute base rewritten after the eval: the eval measured another model than the one that deploys
+    absolute = based(root / "y" / "adapter", 6, str(checkpoint(root / "y" / "base", 4)))
+    abs_eval = eval_dir(root / "abs-eval", catalog, good_every=2, limit=12, bootstrap=100, adapter=absolute)
+    reg = Registry(root / "reg-abs")
+    state = {**setup, "reg": reg, "version": reg.register(absolute, FIELDS).id}
+    (root / "y" / "base" / "model.safetensors").write_bytes(bytes([7]) * 64)
+    code, output = promote(state, abs_eval)
+    assert code == 1 and f"not on the base {state['version']}'s adapter resolves to" in one_error(output)
+    (root / "y" / "base" / "model.safetensors").write_bytes(bytes([4]) * 64)  # the base it ran on: passes
+    code, output = promote(state, abs_eval)
+    assert code == 0 and f"production -> {state['version']}" in output, output
+
+
+def test_the_eval_flow_records_an_adapter_s_base(tmp_path) -> None:
+    from flywheel.flows.config import EvalConfig
+    from flywheel.flows.eval import model_info
+    from flywheel.tasks.inference.models import fingerprints
+
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "manifest.json").write_text("{}")
+    base = checkpoint(tmp_path / "base", 2)
+    lora = based(tmp_path / "adapter", 1, "../base")
+    config = EvalConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "out"), model=str(lora),
+                        backend="transformers")
+    model, key = model_info(config, "transformers")
+    every, weights = fingerprints(base)
+    assert model["base"] == {"model_id": str(base.resolve()), "hash": every, "weights": weights}
+    assert key["base"] == weights  # a base rewritten in place is another batch, not a reused one
+    checkpoint(tmp_path / "other", 3)
+    (lora / "adapter_config.json").write_text(json.dumps({"r": 4, "i": 1, "base_model_name_or_path": "../other"}))
+    assert model_info(config, "transformers")[1] != key
+    assert model_info(config.model_copy(update={"model": str(base)}), "transformers")[0]["base"] is None
+
+
+def test_a_rejected_gate_ends_its_flow_run_failed(setup, prefect_api) -> None:
+    """A rejected gate ended its flow run Completed: automations watching flow-run states saw a success. The CLI
+    still says REJECTED, exits 1 and keeps the gate report."""
+    from prefect import get_client
+    from prefect.client.schemas.objects import StateType
+
+    from flywheel.flows.promote import promote_result
+
+    reg, version, same = setup["reg"], setup["version"], str(setup["better"])  # no better than itself
+    state = promote_model(str(reg.root), version, same, same, GateConfig(), return_state=True)
+    summary = promote_result(state)
+    assert state.is_failed() and f"gate rejected {version}: production not moved" in state.message
+    assert not summary.passed and summary.event is None and Path(summary.report).is_file()
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(state.state_details.flow_run_id)
+    assert run.state.type == StateType.FAILED and "production" not in reg.aliases()
+    code, output = promote(setup, setup["better"], baseline=setup["better"])
+    assert code == 1 and "gate REJECTED" in output and "production not moved" in output, output
+    assert len(list((reg.root / "gates").glob("*.json"))) == 2
+    overridden = promote_model(str(reg.root), version, same, same, GateConfig(), override="hotfix",
+                               return_state=True)  # production moved on purpose: Completed
+    assert overridden.is_completed() and promote_result(overridden).event is not None
+    with pytest.raises(GateError, match="not the weights of"):  # a run that raised: its error, not a summary
+        promote_result(promote_model(str(reg.root), version, same, str(setup["base"]), GateConfig(),
+                                     return_state=True))

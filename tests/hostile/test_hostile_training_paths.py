@@ -133,3 +133,33 @@ def test_a_deployment_run_gets_the_same_path_checks_as_the_cli(paths, prefect_ap
                      EvalConfig(dataset=str(dataset), out=str(tmp / "e"), split="train"))
     assert sorted(p.name for p in dataset.iterdir()) == before and not (tmp / "o").exists()
     assert not (tmp / "d").exists()
+
+
+@pytest.mark.parametrize("made", ["versions", "events"])
+def test_a_half_created_registry_is_a_registry_to_every_check(paths, made) -> None:
+    """A first `register` killed after it made one of events/ and versions/ (Ctrl-C while copying the adapter left
+    versions/ and its temp folder). Before: `tasks/files.py: registry_root` wanted both folders and `Registry.exists`
+    events/ only, so outputs were let into such a folder and `--registry` at it was "a folder of other files" (or
+    the reverse). Now one definition, `is_registry`: a half-made registry is a registry."""
+    from flywheel.tasks.files import is_registry, registry_root
+    from flywheel.tasks.training.train import check_train_paths
+
+    tmp = paths["tmp"]
+    half = tmp / "half"
+    if made == "versions":
+        (half / "versions" / ".tmp-k1ll3d" / "adapter").mkdir(parents=True)
+    else:
+        (half / "events").mkdir(parents=True)
+    (half / ".lock").touch()
+    assert is_registry(half) and Registry(half).exists() and registry_root(half / "o" / "x") == half.resolve()
+    with pytest.raises(ValueError, match=f"--out {half / 'o'} is inside the model registry {half.resolve()}"):
+        check_train_paths(half / "o", tmp / "base", None, None)
+    check_train_paths(tmp / "o", tmp / "base", half, None)  # usable as --registry: training registers into it
+    with pytest.raises(ValueError, match="no version or alias 'mv-0123456789ab'"):
+        check_train_paths(tmp / "o", tmp / "base", half, "mv-0123456789ab")
+    version = Registry(half).register(adapter(tmp / "adapters2", 2), FIELDS)
+    assert Registry(half).version("candidate") == version
+    # a lone events/ or versions/ of other files is no registry: writing beside it stays allowed
+    (paths["other"] / made).mkdir()
+    (paths["other"] / made / "notes.txt").write_text("x")
+    assert not is_registry(paths["other"]) and registry_root(paths["other"] / "o") is None
