@@ -33,6 +33,7 @@ from flywheel.tasks.evaluation.metrics import buckets, decide, per_task, summari
 from flywheel.tasks.evaluation.report import markdown, plots
 from flywheel.tasks.evaluation.rollouts import ROLLOUT_SCHEMA, plan, run_batch
 from flywheel.tasks.files import check_destination, read_regular, write_text_atomic
+from flywheel.tasks.inference.backends import check_key_destination
 from flywheel.tasks.inference.models import adapter_base, check_model, fingerprints, is_adapter, resolve_model
 from flywheel.tasks.inference.policy import Backend, Sampling, make_backend, pick_backend
 from flywheel.verifiers import get_verifier
@@ -233,6 +234,8 @@ def eval_policy(config: EvalConfig) -> EvalResult:
     if config.backend != "openai":  # a bad model fails before anything in OUT is touched
         resolve_model(config.model)
         check_model(config.model)
+    else:  # so does a base URL the key may not go to
+        check_key_destination(config.base_url or "", os.environ.get("OPENAI_API_KEY"))
     # an earlier run's report must not stand beside this run's rollouts if this one is killed before its own
     (out / "report.json").unlink(missing_ok=True)
     (out / "batches").mkdir(parents=True, exist_ok=True)

@@ -42,3 +42,19 @@ def test_the_operator_lists_other_base_urls_and_no_key_goes_anywhere(monkeypatch
     monkeypatch.delenv(KEY_BASE_URLS)
     backend = OpenAIBackend("https://collector.example/v1", "m", api_key=None)  # no key: nothing to leak
     assert backend.client.headers["Authorization"] == "Bearer EMPTY"
+
+
+def test_an_eval_refused_for_its_base_url_leaves_the_folder_s_report(tmp_path, tool_dataset, monkeypatch) -> None:
+    """The eval flow removed OUT/report.json before it built the backend, so a base URL refused for the key (a
+    deployment run skips the CLI) still cost the folder its earlier report."""
+    from flywheel.flows.config import EvalConfig
+    from flywheel.flows.eval import eval_policy
+
+    out = tmp_path / "ev"
+    out.mkdir()
+    (out / "report.json").write_text("{}")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    with pytest.raises(ValueError, match="the API key"):
+        eval_policy.fn(EvalConfig(dataset=tool_dataset, out=str(out), backend="openai", model="m",
+                                  base_url="https://collector.example/v1", limit=2))
+    assert (out / "report.json").read_text() == "{}"
