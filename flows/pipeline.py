@@ -270,6 +270,16 @@ def gate_line(pick: str, gate: PromoteResult) -> str:
     return line + "".join(f"- failed: {f}\n" for f in gate.failures)
 
 
+def _recorded(old: dict[str, Any], key: str) -> str:
+    """An option's recorded value for a message; one the run did not record (it predates the option) ran as the
+    option's default, which is what to pass (review probe: "(not recorded)" named no value to rerun with)."""
+    if key in old:
+        return json.dumps(old[key])
+    field = RunConfig.model_fields.get(key)
+    known = field is not None and not field.is_required()
+    return f"not recorded (its default {json.dumps(field.default)})" if known else "not recorded"
+
+
 def check_run_claim(config: RunConfig) -> None:
     """OUT belongs to one set of options: a rerun into it reuses its stages (the dataset, evals, adapters, each
     checked by its own stage), so another option would fail only at the stage it changes, after the cached ones ran.
@@ -288,7 +298,7 @@ def check_run_claim(config: RunConfig) -> None:
     mine = config.model_dump(mode="json")
     changed = changed_options(old, config, UNCLAIMED)
     if changed:
-        what = ", ".join(f"--{k.replace('_', '-')} {json.dumps(old.get(k, '(not recorded)'))} there, "
+        what = ", ".join(f"--{k.replace('_', '-')} {_recorded(old, k)} there, "
                          f"{json.dumps(mine.get(k, '(not an option)'))} now" for k in changed)
         raise ValueError(f"{out} holds a flywheel run with other options ({what}; recorded in {saved.name}): rerun "
                          "with its values to resume it, or pass a new --out")

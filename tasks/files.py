@@ -246,17 +246,20 @@ REGISTRY_ENTRIES = {"events": re.compile(r"[0-9]{6,}\.json|\.event-.*"),
 
 def is_registry(folder: Path) -> bool:
     """The one definition of a model registry (``check_destination``, ``Registry.exists``, ``check_train_paths``):
-    a folder holding events/ and versions/, or one of them that holds only what the registry writes there (event
-    files, version folders, their temp names) or nothing: a first ``register`` killed before it made the other
-    folder leaves a registry half made, still a registry (outputs are refused inside it, ``--registry`` uses it).
-    A lone events/ or versions/ of other files is not one. Links are followed; an unreadable folder counts."""
+    a folder holding events/ and versions/, or, beside the registry's .lock, one of them holding only what the
+    registry writes there (event files, version folders, their temp names) or nothing: a first ``register`` killed
+    before it made the other folder leaves a registry half made, still a registry (outputs are refused inside it,
+    ``--registry`` uses it). A lone events/ or versions/ without the lock, or of other files, is not one (an empty
+    ~/versions must not make the home folder a registry). Links are followed; an unreadable half one counts."""
+    parts = [name for name in REGISTRY_ENTRIES if (folder / name).is_dir()]
+    if len(parts) != 1:
+        return len(parts) == 2
+    if not (folder / ".lock").is_file():
+        return False
     try:
-        parts = [name for name in REGISTRY_ENTRIES if (folder / name).is_dir()]
-        if len(parts) != 1:
-            return len(parts) == 2
         return all(REGISTRY_ENTRIES[parts[0]].fullmatch(entry.name) for entry in (folder / parts[0]).iterdir())
     except OSError:
-        return True  # cannot be told apart: refuse writes there rather than guess
+        return True  # the registry's lock beside it: refuse writes there rather than guess
 
 
 def registry_root(path: Path) -> Path | None:

@@ -37,7 +37,8 @@ def _fold(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-NEGATIONS = frozenset({"not", "never", "except", "excluding", "opposite", "ignore", "instead"})  # "n't" reads "not"
+NEGATIONS = frozenset({"not", "no", "never", "none", "nothing", "nor", "neither", "without", "except", "excluding",
+                       "opposite", "ignore", "instead"})  # "n't" reads "not"
 
 
 def _kept(value: str, text: str) -> bool:
@@ -50,8 +51,9 @@ def _kept(value: str, text: str) -> bool:
 
 
 def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | None:
-    """None when ``text`` keeps every slot value, each as a whole (``_kept``), and adds no negation the request did
-    not have (an LLM told to keep the values can still turn the request around); else the reject reason detail."""
+    """None when ``text`` keeps every slot value, each as a whole (``_kept``), and as many negations as the request
+    (an LLM told to keep the values can still turn the request around: "not returned" -> "returned"; "without" ->
+    "do not" keeps the count); else the reject reason detail."""
     cleaned = text.strip()
     if not cleaned:
         return "empty paraphrase"
@@ -61,8 +63,10 @@ def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | 
             if not _kept(_fold(format_value(v)), _fold(cleaned))]
     if lost:
         return f"lost or changed {', '.join(lost)}"
-    added = sorted(NEGATIONS & set(_words(cleaned)) - set(_words(original)))
-    return f"adds {', '.join(repr(w) for w in added)}, which the request does not say" if added else None
+    said, says = (sum(w in NEGATIONS for w in _words(t)) for t in (original, cleaned))
+    if said != says:  # a negation added or dropped: "not returned" -> "returned", "don't send" -> "send"
+        return f"{'adds' if says > said else 'drops'} a negation ({said} in the request, {says} in the paraphrase)"
+    return None
 
 
 def _words(text: str) -> list[str]:

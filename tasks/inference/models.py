@@ -94,7 +94,7 @@ WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.b
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
                "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}  # whole-byte dtypes
 MAX_LAYERS = 1024  # the deepest published models have ~130; checked before a config is built on the meta device
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+MAX_EXPERTS = 4096  # mixture-of-experts models publish up to a few hundred
 MAX_INFLATION = 4  # parameters a config may declare per weight element stored: more is another model's config
 FIX = "copy the whole folder save_pretrained wrote"
 LORA_TENSOR = re.compile(r"\.lora_(?:embedding_)?([AB])(?:\.|$)")  # A: [r, in, ...]; B: [out, r, ...]
@@ -141,9 +141,10 @@ def _check_checkpoint(path: Path) -> None:
     if not any((path / name).is_file() for name in WEIGHTS):
         raise ValueError(f"{path} has config.json but no weights ({' or '.join(WEIGHTS[:2])}): {FIX}")
     stored, per = _stored_weights(path)
+    unit = "elements" if per == 1 else "bytes"
+    per *= 8 if config.get("quantization_config") else 1  # GPTQ/AWQ pack up to 8 parameters in one int32
     declared = _declared_params(path, config)
     if declared > MAX_INFLATION * stored * per + (1 << 20):
-        unit = "elements" if per == 1 else "bytes"
         raise ValueError(f"{path / 'config.json'} declares a model of {declared:,} parameters but its weights hold "
                          f"{stored:,} {unit}: a load would allocate the rest; the config and the weights come from "
                          f"different models: {FIX}")
@@ -183,11 +184,16 @@ def _stored_weights(path: Path) -> tuple[int, int]:
 
 def _declared_params(path: Path, config: dict[str, Any]) -> int:
     """The parameters a checkpoint's config.json declares, counted on a model built on the meta device (no memory);
-    the layer count is bounded first (building a million layers takes minutes even there)."""
-    for key in LAYER_KEYS:
-        if key in config and not _number(config[key], 0, MAX_LAYERS, whole=True):
-            raise ValueError(f"{path / 'config.json'}: {key} {config[key]!r} is not a whole number up to "
-                             f"{MAX_LAYERS}: {FIX}")
+    every count of layers or experts, nested configs' too (``text_config``), is bounded first: building a million
+    layers takes minutes and gigabytes even there."""
+    stack = [config]
+    while stack:
+        for key, value in stack.pop().items():
+            if isinstance(value, dict):
+                stack.append(value)
+            bound = MAX_LAYERS if "layer" in key.lower() else MAX_EXPERTS if "expert" in key.lower() else None
+            if bound and isinstance(value, int) and not _number(value, 0, bound, whole=True):
+                raise ValueError(f"{path / 'config.json'}: {key} {value!r} is over {bound}: {FIX}")
     try:
         return _meta_params(json.dumps(config, sort_keys=True))
     except ValueError as exc:

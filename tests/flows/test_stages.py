@@ -63,8 +63,15 @@ def test_a_paraphrase_that_changes_a_value_around_the_kept_digits_or_turns_the_r
     for original, text, values in kept:
         assert check_paraphrase(original, text, values) is None, text
     turned = check_paraphrase("List orders above 330", "List the orders that are not above 330", {"v": 330})
-    assert turned == "adds 'not', which the request does not say"
-    assert check_paraphrase("Do not delete file 7", "Don't remove file 7, do not delete it", {"f": 7}) is None
+    assert turned == "adds a negation (0 in the request, 1 in the paraphrase)"
+    # a dropped negation turns it around as well (review probe: these were accepted)
+    for original, text in (("Which books were borrowed and not returned yet?", "Which books were borrowed and "
+                            "returned?"), ("Delete event 7, but don't send notices", "Delete event 7 and send "
+                            "notices"), ("Close ticket 7 without emailing anyone", "Close ticket 7 and email all")):
+        assert check_paraphrase(original, text, {"n": 7} if "7" in original else {}) \
+            == "drops a negation (1 in the request, 0 in the paraphrase)", text
+    assert check_paraphrase("Close ticket 7 without emailing", "Close ticket 7, do not email", {"n": 7}) is None
+    assert check_paraphrase("Do not delete file 7", "Don't remove file 7", {"f": 7}) is None
 
 
 def test_exact_dedupe_keeps_first_and_checks_seen() -> None:

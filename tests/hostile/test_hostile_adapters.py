@@ -138,7 +138,13 @@ CHECKPOINT_CASES = {  # name: (edit of a good checkpoint folder, the file the er
                               os.mkfifo(f / "shard.safetensors")), "shard.safetensors", "not a regular file"),
     "huge dimensions": (_tiny(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80), "config.json",
                         "declares a model of"),
-    "a million layers": (_tiny(num_hidden_layers=10**6), "config.json", "num_hidden_layers 1000000 is not"),
+    "a million layers": (_tiny(num_hidden_layers=10**6), "config.json", "num_hidden_layers 1000000 is over 1024"),
+    # other names and nested configs too (review probe: mpt's n_layers, gemma3's text_config: 50,000 layers took
+    # 37-56 s and 2-3 GB on the meta device before the refusal)
+    "mpt layers": (_tiny(model_type="mpt", n_layers=50_000), "config.json", "n_layers 50000 is over 1024"),
+    "nested layers": (_tiny(text_config={"num_hidden_layers": 50_000}), "config.json",
+                      "num_hidden_layers 50000 is over 1024"),
+    "experts": (_tiny(num_local_experts=10**6), "config.json", "num_local_experts 1000000 is over 4096"),
     "unknown model_type": (_tiny(model_type="nope"), "config.json", "transformers cannot build a causal LM"),
     "pickle for 7B": (lambda f: ((f / "model.safetensors").unlink(), _bytes("pytorch_model.bin", b"x" * 64)(f),
                                  _tiny(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32)(f)),

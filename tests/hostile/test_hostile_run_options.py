@@ -63,6 +63,13 @@ def test_a_rerun_with_other_options_is_refused_before_any_stage(tmp_path, prefec
     (out / "summary.json").write_text(json.dumps({"config": first.model_dump(mode="json")}))
     with pytest.raises(ValueError, match="--seed 1 there, 2 now.*recorded in summary.json"):
         pipeline.check_run_claim(RunConfig(out=str(out), seed=2, sft_steps=2))
+    # an option the old run did not record ran as its default: the message names that value (was "(not recorded)")
+    old = {k: v for k, v in first.model_dump(mode="json").items() if k != "grpo_replay_focus"}
+    (out / "summary.json").write_text(json.dumps({"config": old}))
+    told = '--grpo-replay-focus not recorded \\(its default "all"\\) there, "tools" now'
+    with pytest.raises(ValueError, match=told):
+        pipeline.check_run_claim(RunConfig(out=str(out), seed=1, sft_steps=2, grpo_replay=0.5,
+                                           grpo_replay_focus="tools"))
     (out / "summary.json").write_text("[1]")
     with pytest.raises(ValueError, match="is not a flywheel run's record"):
         pipeline.check_run_claim(RunConfig(out=str(out)))

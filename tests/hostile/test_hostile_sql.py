@@ -32,7 +32,9 @@ def sql_task(answer: str = GOOD) -> Task:
 
 CLOCK_READS = ["date()", "time()", "datetime()", "julianday()", "unixepoch()", "strftime('%Y')",
                "date(char(110, 111, 119))", "datetime(' Now ')", "strftime('%s', upper('n' || 'ow'))",
-               "date('now', '+1 day')", "CURRENT_TIME", "julianday(CAST('now' AS BLOB))"]
+               "date('now', '+1 day')", "CURRENT_TIME", "julianday(CAST('now' AS BLOB))",
+               # SQLite reads a C string: 'now' and a NUL is 'now' to it (review probe: these returned today)
+               "date(char(110, 111, 119, 0))", "date('now' || char(0) || 'x')", "date(x'6e6f7700')"]
 
 
 @pytest.mark.parametrize("clock", CLOCK_READS)
@@ -51,6 +53,17 @@ def test_a_reference_that_reads_the_clock_is_never_a_reference(clock) -> None:
     assert SQL.reference_problem(task)[0] == "bad_reference"
     verdict = sql.verify(task, task.reference.answer or "")
     assert (verdict.valid, verdict.reward, verdict.failure_class) == (False, None, "verifier_error"), verdict
+
+
+@pytest.mark.parametrize("query", ["datetime('2024-01-01', 'localtime')", "date('2024-01-01', ' UTC ')",
+                                   "strftime('%H', '2024-01-01 00:00', 'localtime')",
+                                   "datetime('2024-01-01', 'utc' || char(0))"])
+def test_a_time_zone_modifier_is_refused(query) -> None:
+    """'localtime' and 'utc' convert by the machine's time zone: the same query gave 09:00 in Tokyo and 00:00 in
+    UTC, so one completion's verdict could differ between workers (review probe)."""
+    verdict = sql.verify(sql_task(), f"{GOOD} AND {query} IS NOT NULL")
+    assert (verdict.valid, verdict.reward, verdict.failure_class) == (True, 0.0, "runtime_error"), verdict
+    assert "time zone" in verdict.details
 
 
 FIXED = ["date('2024-01-01', '+1 day')", "time('12:00', '+30 minutes')", "datetime(2460000.5)",

@@ -163,3 +163,7 @@ def test_a_half_created_registry_is_a_registry_to_every_check(paths, made) -> No
     (paths["other"] / made).mkdir()
     (paths["other"] / made / "notes.txt").write_text("x")
     assert not is_registry(paths["other"]) and registry_root(paths["other"] / "o") is None
+    # an empty lone folder without the registry's lock is no registry either: an empty ~/versions (or a /tmp/events
+    # anyone may make) refused every output under its parent (review probe)
+    (home := tmp / "home" / made).mkdir(parents=True)
+    assert not is_registry(home.parent) and registry_root(home.parent / "projects" / "ds") is None

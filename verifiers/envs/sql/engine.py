@@ -90,10 +90,27 @@ CLOCK_MESSAGE = ("the current date or time is not allowed (nondeterministic: the
                  "compare with a fixed date")
 
 
-def _is_now(value: Any) -> bool:
+ZONE_MODIFIERS = {"localtime", "utc"}
+ZONE_MESSAGE = ("the 'localtime' and 'utc' modifiers are not allowed (the result would depend on the machine's time "
+                "zone); compare dates as stored")
+
+
+def _text(value: Any) -> str | None:
+    """A date function's argument as SQLite reads it, folded: text up to its first NUL (SQLite reads a C string:
+    'now' || char(0) || 'x' is 'now' to it), stripped, lower case; None for a number or NULL."""
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    return isinstance(value, str) and value.strip().lower() == "now"
+    return value.split("\0", 1)[0].strip().lower() if isinstance(value, str) else None
+
+
+def _is_now(value: Any) -> bool:
+    return _text(value) == "now"
+
+
+def reads_the_zone(name: str, args: tuple[Any, ...]) -> bool:
+    """Whether a modifier of SQLite's ``name(*args)`` (the arguments after its time value) converts between local
+    time and UTC: a result that depends on the machine's time zone."""
+    return name != "timediff" and any(_text(a) in ZONE_MODIFIERS for a in args[max(_CLOCK_ARGS[name]) + 1:])
 
 
 def reads_the_clock(name: str, args: tuple[Any, ...]) -> bool:
@@ -115,8 +132,8 @@ def _clock_guard(conn: sqlite3.Connection, denied: list[str], steps: list[int]) 
     def wrapper(name: str):
         def call(*args: Any) -> Any:
             steps[0] += CALL_STEPS
-            if reads_the_clock(name, args):
-                denied.append(f"runtime_error:{CLOCK_MESSAGE}")
+            if reads_the_clock(name, args) or reads_the_zone(name, args):
+                denied.append(f"runtime_error:{CLOCK_MESSAGE if reads_the_clock(name, args) else ZONE_MESSAGE}")
                 raise ValueError("clock")
             if not plain:
                 plain.append(sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False))

@@ -39,7 +39,8 @@ from flywheel.verifiers.envs.sql import engine
 
 NAME = "sql"
 # 1.1: a reference that no held-back copy changes, or that is empty, cannot be scored
-# 1.2: every clock read refused at run time (date(), strftime('%Y'), date(char(110,111,119)), ...), no longer a
+# 1.2: every clock read refused at run time ('now' followed by a NUL too; 'localtime'/'utc' modifiers: the
+#      machine's time zone; date(), strftime('%Y'), date(char(110,111,119)), ...), no longer a
 #      'now' literal; json_each/json_tree allowed; trailing empty statements (';;') ignored; a lone surrogate is a
 #      syntax_error (was verifier_error); a write SQLite refuses itself is unsafe
 VERSION = "1.2.0"
