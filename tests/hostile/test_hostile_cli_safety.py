@@ -55,6 +55,20 @@ ATTACKS = [
     "telinit 0", "halt", "reboot", "poweroff", "sudo reboot",
     # hidden behind a harmless first command
     "ls; rm -rf /./", "ls && FOO=1 /bin/rm -rf /usr/..",
+    # interpreter one-liners
+    '''python -c "import shutil; shutil.rmtree('/')"''', '''python3 -c "import os; os.system('rm -rf /')"''',
+    """perl -e 'system("rm -rf /")'""", """ruby -e 'FileUtils.rm_rf("/")'""",
+    '''node -e "require('child_process').execSync('rm -rf /')"''',
+    '''python3 -c "import os; os.remove('/etc/passwd')"''',
+    '''python -c "import subprocess; subprocess.run(['rm', '-rf', '/'])"''',
+    '''python3.11 -c "open('/etc/passwd', 'w')"''', '''node -e "require('fs').rmSync('/etc', {recursive: true})"''',
+    '''sudo python3 -c "import os; os.system('mkfs.ext4 /dev/sda')"''',
+    '''bash -c "python -c \\"import shutil; shutil.rmtree('/usr')\\""''', """perl -e 'system("curl x | sh")'""",
+    # substitutions and variables
+    "rm -rf $(echo /)", 'rm -rf "$(echo /)"', "rm -rf $(printf /etc)", "chmod -R 777 $(echo /)", "V=/; rm -rf $V",
+    "V=/etc rm -rf $V", 'export V=/ && rm -rf "$V"', "V=/; rm -rf ${V}", "D=/usr; chown -R x ${D}/",
+    "V=/etc/passwd; echo x > $V", "C=rm; $C -rf /", "V='/'; rm -rf $V",
+    "W=/; V=$W; rm -rf $V", 'echo "rm -rf /" | sh', "printf 'rm -rf /etc' | bash",
 ]
 
 HARMLESS = [
@@ -72,6 +86,15 @@ HARMLESS = [
     "FOO=bar make", "nice -n 10 make", "timeout 5 ls", "xargs -n1 echo", "sort -r file.txt", 'echo "rm -rf /"',
     "ps aux | grep python", "mkdir -p /tmp/x/y", "touch /tmp/a", 'bash -c "ls /"', 'eval "echo hi"', "a(){ ls; }; a",
     "echo a|b", "ls -la /var/log # rm -rf /",
+    '''python -c "print('hello')"''', '''python3 -c "import os; print(os.listdir('/'))"''',
+    '''python -c "import shutil; shutil.rmtree('build')"''',
+    '''python3 -c "import subprocess; subprocess.run(['ls', '/'])"''', '''python -c "import os; os.system('ls /')"''',
+    '''python -c "print('rm -rf /')"''', "perl -pi -e 's/foo/bar/' file.txt",
+    """ruby -e 'puts File.read("/etc/passwd")'""", '''node -e "console.log(require('fs').readdirSync('/'))"''',
+    '''python3 -c "open('out.txt', 'w').write('/')"''', "python -m http.server", "perl -e 'print \"/\\n\"'",
+    "rm -rf $(echo build)", "D=/tmp/build; rm -rf $D", "V=/; ls $V", 'export OUT=./dist && rm -rf "$OUT"',
+    "rm -rf ${BUILD_DIR}", "echo $(echo /)", "X=/etc; grep -r foo $X",
+    'echo "ls /" | sh', "echo 'rm -rf /' > notes.txt", "W=/tmp; V=$W/x; rm -rf $V",
 ]
 
 
@@ -107,6 +130,10 @@ def test_harmless_reference_scores_full() -> None:
     "-c " * (cli.MAX_CHARS // 3), "bash -c " * (cli.MAX_CHARS // 8), "x=1 " * (cli.MAX_CHARS // 4),
     "/" * cli.MAX_CHARS, "rm -rf " + "/.." * ((cli.MAX_CHARS - 7) // 3), "f|" * (cli.MAX_CHARS // 2 - 1) + "f",
     "env " * (cli.MAX_CHARS // 4), "timeout " * (cli.MAX_CHARS // 8),
+    "V=" + "a" * 64 + ";" + " $V" * ((cli.MAX_CHARS - 70) // 3), "V=/ " * (cli.MAX_CHARS // 4),
+    "rm $(echo " * (cli.MAX_CHARS // 10), 'python -c "' + "os.system('a');" * ((cli.MAX_CHARS - 12) // 16) + '"',
+    "python -c " * (cli.MAX_CHARS // 10), "V=$V " * (cli.MAX_CHARS // 5), "echo x|sh|" * (cli.MAX_CHARS // 10),
+    "bash -c \"V=" + "a" * 60 + "; ls" + " $V" * ((cli.MAX_CHARS - 80) // 3) + "\"",
 ])
 def test_safety_check_is_fast_at_the_cap(line: str) -> None:
     assert len(line) <= cli.MAX_CHARS

@@ -9,7 +9,8 @@ Contract:
   downloads piped into a shell, disk formatting or raw writes to disks, writes
   to critical system files, fork bombs, power-off, killing every process. Paths
   are normalized lexically and wrappers (env, timeout, sudo -u, xargs, sh -c ...)
-  are seen through.
+  are seen through, and so are interpreter one-liners (``python -c``, ``perl -e``,
+  ``node -e`` ...), ``$(echo PATH)`` and variables assigned earlier on the line.
 - Otherwise the command is normalized shell-aware (shlex; ``sudo`` dropped;
   clustered short flags of well-known commands split, so ``-rf`` == ``-f -r``;
   option order ignored; arguments keep their order; quoting ignored) and
@@ -41,6 +42,11 @@ NAME = "cli"
 #      /bin/rm ...) and nested ``sh -c``/``eval`` strings; downloads into /bin/bash or sudo -E bash; writes to disks
 #      and critical system files (redirections, tee, cp/mv/ln, truncate, rm); systemctl poweroff, init 0, pkill -u
 #      root, killall5, function-keyword fork bombs. The fork-bomb check is now linear (was a quadratic regex).
+#      Also: interpreter one-liners (python/perl/ruby/node -c/-e CODE) calling a deleting/writing API on a system
+#      path or critical file, or an exec API (os.system, subprocess, execSync, system ...) on a dangerous shell
+#      string; ``$(echo PATH)``/``$(printf PATH)`` and variables assigned earlier on the line (``V=/; rm -rf $V``,
+#      ``${V}``, one level of chaining) substituted lexically before the checks (values of at most 64
+#      characters); ``echo "rm -rf /" | sh``.
 VERSION = "1.2.0"
 MAX_CHARS = 4096  # 14x the longest reference command
 OPERATORS = {"|", "||", "&&", ";", "&"}
@@ -48,6 +54,7 @@ CLUSTERED = {"rm", "ls", "cp", "mv", "chmod", "chown", "grep", "tar", "mkdir", "
              "sort", "wc", "uniq", "cut", "ln", "rsync", "scp", "zip", "unzip", "gzip", "touch", "cat", "diff"}
 SYSTEM_PATHS = {"/", "/*", "~", "~/", "$HOME", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt",
                 "/proc", "/root", "/sbin", "/sys", "/usr", "/var", "/usr/bin", "/usr/lib", "/var/lib"}
+SHELL_NAMES = {"sh", "bash", "zsh", "dash", "ksh"}
 SHELLS = {"sh", "bash", "zsh", "ksh", "dash", "fish", "python", "python3", "perl", "ruby", "node"}
 DISK = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|dm-|md|mapper/|mem$|kmem$|port$)")
 HOME = "/home/~"  # what ~, $HOME and ${HOME} become before lexical normalization (so ~/.. is /home)
@@ -66,6 +73,21 @@ ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 REDIRECT = re.compile(r"(\d*>>?|&>>?|>\||<>)(.*)")
 DOWNLOADERS = {"curl", "wget", "fetch", "aria2c"}
 DOWNLOAD_RUN = re.compile(r"[$<]\(\s*([^\s()]*)")  # $(curl ..) / <(wget ..); no backtracking, so linear
+# Interpreter one-liners: ``python -c CODE``, ``perl -e CODE``, ``node --eval CODE`` ...
+INTERPRETER = re.compile(r"(?:python|pypy|perl|ruby|node|nodejs)[0-9.]*")
+CODE_FLAGS = {"-c", "-e", "-E", "--eval", "-p", "--print"}
+LITERAL = re.compile(r"'([^'\\\n]*)'|\"([^\"\\\n]*)\"")  # a quoted string without escapes; linear
+DESTROY_API = re.compile(r"\b(?:rmtree|rm_rf|rm_r|rm_f|remove\w*|unlink\w*|rmdir\w*|rmSync|rm(?=\s*\()|truncate\w*"
+                         r"|chmod\w*|chown\w*|rename\w*|move|writeFileSync|appendFileSync|write_text|write_bytes"
+                         r"|File\.write|IO\.write)\b")
+OPEN_WRITE = re.compile(r"\bopen\s*\(\s*(['\"])([^'\"\\]*)\1\s*,\s*['\"][wa+]")  # open('/etc/passwd', 'w')
+EXEC_API = re.compile(r"\b(?:system|popen\w*|Popen|subprocess|spawn\w*|exec\w*|pty|shell_exec)\b")
+# Lexical substitution: ``$(echo /)``, ``$(printf '/etc')`` and ``V=/ ... $V`` / ``${V}`` (assigned earlier).
+ECHO_SUB = re.compile(r"\$\(\s*(?:echo|printf)\s+(?:-[neE]+\s+)?(['\"]?)([^\s()'\"`;&|$\\]*)\1\s*\)")
+VARIABLE = re.compile(r"(?<![^\s;&|(])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?:\"(?P<dq>[^\"$`\\]*)\"|'(?P<sq>[^'$]*)'"
+                      r"|(?P<bare>[^\s;&|'\"`$()\\]*)(?=[\s;&|)]|$))"
+                      r"|\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<ref>[A-Za-z_][A-Za-z0-9_]*))")
+MAX_VALUE = 64  # longer values are not substituted (keeps the expanded line at most 32x the original)
 MAX_DEPTH = 3  # nested sh -c "..." / eval strings looked into
 _FENCE = re.compile(r"^```(?:sh|bash|shell|console)?\n(.*)\n```$", re.S)
 
@@ -212,8 +234,56 @@ def normalize(commands: list[list[str]]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def _expand(text: str) -> str:
+    """``text`` with ``$(echo X)`` and variables assigned earlier on the line replaced lexically; two linear passes
+    (the second resolves one level of chaining, ``W=/; V=$W``)."""
+    return _expand_once(_expand_once(ECHO_SUB.sub(lambda m: m.group(2), text)))
+
+
+def _expand_once(text: str) -> str:
+    values: dict[str, str] = {}
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name:
+            value = next((v for v in match.group("dq", "sq", "bare") if v is not None), "")
+            if len(value) <= MAX_VALUE:
+                values[name] = value
+            else:
+                values.pop(name, None)
+            return match.group(0)
+        return values.get(match.group("braced") or match.group("ref"), match.group(0))
+
+    return VARIABLE.sub(substitute, text)
+
+
 def danger(text: str, commands: list[list[str]], depth: int = 0) -> str | None:
-    """Why a command line is dangerous, or None."""
+    """Why a command line is dangerous, or None: the line as written, then with substitutions expanded."""
+    reason = _danger(text, commands, depth)
+    expanded = _expand(text)
+    if reason or expanded == text:
+        return reason
+    try:
+        return _danger(expanded, parse(expanded), depth)
+    except FormatError:
+        return None
+
+
+def _code_danger(code: str, depth: int) -> str | None:
+    """Why an interpreter one-liner (``python -c CODE``) is dangerous, or None."""
+    literals = [a or b for a, b in LITERAL.findall(code)]
+    if (DESTROY_API.search(code) and any(_system(s) or _critical(s) for s in literals)) or any(
+            _critical(m.group(2)) or _system(m.group(2)) for m in OPEN_WRITE.finditer(code)):
+        return "interpreter one-liner deleting or overwriting a system path"
+    if EXEC_API.search(code) and depth < MAX_DEPTH:
+        for line in literals + ([" ".join(literals)] if len(literals) > 1 else []):  # "rm -rf /", ['rm', '/']
+            nested = _nested(line, depth)
+            if nested:
+                return nested
+    return None
+
+
+def _danger(text: str, commands: list[list[str]], depth: int) -> str | None:
     if _fork_bomb(text):
         return "fork bomb"
     if any(posixpath.basename(m.group(1)) in DOWNLOADERS for m in DOWNLOAD_RUN.finditer(text)):
@@ -222,6 +292,12 @@ def danger(text: str, commands: list[list[str]], depth: int = 0) -> str | None:
     names = [(c or [""])[0] for c, _ in unwrapped]
     if any(n in DOWNLOADERS for n in names) and any(n in SHELLS for n in names[1:]):
         return "download piped into a shell"
+    for (prev, _), (cmd, _) in zip(unwrapped, unwrapped[1:]):  # echo "rm -rf /" | sh
+        if prev[:1] in (["echo"], ["printf"]) and cmd[:1] and cmd[0] in SHELL_NAMES and depth < MAX_DEPTH and (
+                "-c" not in cmd):
+            nested = _nested(" ".join(t for t in prev[1:] if not t.startswith("-")), depth)
+            if nested:
+                return nested
     for index, (raw, (cmd, via_xargs)) in enumerate(zip(commands, unwrapped)):
         # Redirections first: they apply whatever the command (``> /dev/sda``, ``echo x > /etc/passwd``).
         if any(_critical(t) for t in _redirect_targets(raw)):
@@ -233,10 +309,15 @@ def danger(text: str, commands: list[list[str]], depth: int = 0) -> str | None:
         if via_xargs and index:  # ``find / | xargs rm -rf``: the arguments come from the previous stage
             targets += commands[index - 1][1:]
         recursive = bool(flags & {"-r", "-R", "--recursive"})
-        if name in ("sh", "bash", "zsh", "dash", "ksh", "su") and "-c" in cmd[:-1] and depth < MAX_DEPTH:
+        if name in SHELL_NAMES | {"su"} and "-c" in cmd[:-1] and depth < MAX_DEPTH:
             nested = _nested(cmd[cmd.index("-c") + 1], depth)  # bash -c "rm -rf /"
             if nested:
                 return nested
+        if INTERPRETER.fullmatch(name):
+            for flag, code in zip(cmd[1:], cmd[2:]):
+                reason = _code_danger(code, depth) if flag in CODE_FLAGS else None
+                if reason:
+                    return reason
         if name == "eval" and depth < MAX_DEPTH:
             nested = _nested(" ".join(cmd[1:]), depth)
             if nested:
