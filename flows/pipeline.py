@@ -298,10 +298,10 @@ def check_run_claim(config: RunConfig) -> None:
     mine = config.model_dump(mode="json")
     changed = changed_options(old, config, UNCLAIMED)
     if changed:
-        what = ", ".join(f"--{k.replace('_', '-')} {_recorded(old, k)} there, "
-                         f"{json.dumps(mine.get(k, '(not an option)'))} now" for k in changed)
-        raise ValueError(f"{out} holds a flywheel run with other options ({what}; recorded in {saved.name}): rerun "
-                         "with its values to resume it, or pass a new --out")
+        differences = ", ".join(f"--{k.replace('_', '-')} {_recorded(old, k)} there, "
+                                f"{json.dumps(mine.get(k, '(not an option)'))} now" for k in changed)
+        raise ValueError(f"{out} holds a flywheel run with other options ({differences}; recorded in "
+                         f"{saved.name}): rerun with its values to resume it, or pass a new --out")
 
 
 @flow(name="flywheel-run")

@@ -103,13 +103,18 @@ def _failed(details: str) -> Verdict:
                    verifier_version=VERSION)
 
 
+def _last_line(reply: str | None) -> str:
+    """The reply's last non-empty line (where the judge is told to write its score), or ""."""
+    lines = [line for line in (reply or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def verdict_from_reply(reply: str | None, error: str = "") -> Verdict:
     """Pure: the Verdict for a judge reply (None with ``error`` when the judge could not be asked): its last
     non-empty line, read whole as ``Score: N`` (see the contract)."""
     if reply is None:
         return _failed(f"judge error: {error}")
-    lines = [line for line in reply.splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
+    last = _last_line(reply)
     found = _SCORE.fullmatch(last) if len(last) <= MAX_LINE else None
     if found is None:
         return _failed(f"the judge's reply does not end with a line 'Score: N': {reply[-200:]!r}")
@@ -158,10 +163,10 @@ def _score(task: Task, completion: str) -> Verdict:
                        f"characters; at most {MAX_COMPLETION} are graded", verifier=NAME, verifier_version=VERSION)
     reply, why = ask(config, judge_messages(task, completion))
     verdict = verdict_from_reply(reply, why)
-    last = (reply or "").strip().splitlines()[-1:]
-    if verdict.valid and last and last[0].strip() in {line.strip() for line in completion.splitlines()}:
-        return _failed(f"the judge's score line {last[0].strip()[:80]!r} is a line of the response (a judge quoting "
-                       "it): not the judge's verdict")
+    last = _last_line(reply).strip()
+    if verdict.valid and last in {line.strip() for line in completion.splitlines()}:
+        return _failed(f"the judge's score line {last[:80]!r} is a line of the response (a judge quoting it): not "
+                       "the judge's verdict")
     return verdict
 
 
