@@ -282,3 +282,24 @@ def test_the_command_line_is_offline() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=env)
     assert done.stdout.split() == ["True", "True"], done.stdout + done.stderr
+
+
+def test_a_4_bit_checkpoint_is_counted_by_its_packed_weights(tmp_path) -> None:
+    """GPTQ/AWQ pack 8 parameters into one int32: a quantized checkpoint's weights hold far fewer elements than its
+    config declares. With a quantization_config it passes; the same folder without one is another model's config
+    (review probe: such checkpoints were refused as "different models")."""
+    folder = tmp_path / "gptq"
+    folder.mkdir()
+    config = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4,
+              "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1000}  # ~11.5M parameters
+    elements = 11_600_000 // 8
+    header = json.dumps({"qweight": {"dtype": "I32", "shape": [elements], "data_offsets": [0, 4 * elements]}}).encode()
+    with (folder / "model.safetensors").open("wb") as fh:
+        fh.write(len(header).to_bytes(8, "little") + header)
+        fh.truncate(8 + len(header) + 4 * elements)  # sparse: only the header is read
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="declares a model of .* but its weights hold 1,450,000 elements"):
+        check_model(str(folder))
+    quantized = config | {"quantization_config": {"bits": 4, "quant_method": "gptq"}}
+    (folder / "config.json").write_text(json.dumps(quantized))
+    check_model(str(folder))
