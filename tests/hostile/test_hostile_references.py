@@ -36,8 +36,9 @@ def math_task(answer: str) -> Task:
 
 
 @pytest.mark.parametrize(("reference", "literal", "kind"), [
-    # no held-back copy changes a count of fixed ids: SELECT 3 matched both (3 of 150 generated tasks were like it)
-    ("SELECT COUNT(*) FROM customers WHERE id <= 3", "SELECT 3 FROM customers LIMIT 1", "static_reference_result"),
+    # no held-back copy changes the result: SELECT 1 matches them all (was `COUNT(*) ... WHERE id <= 3`, which the
+    # held-back copies of sql 1.3 change: they drop and clone the rows it counts and relabel ids)
+    ("SELECT COUNT(*) > 0 FROM customers", "SELECT 1 FROM customers LIMIT 1", "static_reference_result"),
     ("SELECT name FROM customers WHERE country = 'Atlantis'", "SELECT id FROM orders WHERE 0",
      "empty_reference_result"),
     ("SELECT SUM(amount) FROM orders WHERE currency = 'JPY'", "SELECT NULL FROM orders LIMIT 1",

@@ -12,7 +12,14 @@ Contract:
   whitelist of names, operators and parentheses are parsed, at most 200
   characters, and powers with exponents above 10,000 are refused.
 - Two exact numbers (integers, fractions) must be equal, not merely within the
-  tolerance: 12345670 is not 12345678.
+  tolerance: 12345670 is not 12345678. A decimal counts as the number it writes
+  (12345678.0 and 1.2345678e7 are 12345678, 0.5 is 1/2), so it must be equal
+  too: 12345670.0, 1.234568e7 and 1e-13 (for 0) are wrong. The one exception:
+  a fraction with no finite decimal (1/3) may be written as a decimal that is
+  the fraction correctly rounded at the decimal's last written digit and within
+  the tolerance (0.3333333, not 0.3333334 or 0.333). An exact number against an
+  expression that is not one (12345677 + sin(1)) must be proven equal by sympy;
+  the tolerance is only for answers whose value is irrational (pi, sqrt(2)).
 - Reward 1.0 when equivalent, else 0.0 (``wrong_answer``). The reference is
   ``task.reference.answer``; it must itself be readable as above and within the
   bounds (checked once per reference, in its own bounded call), else the task
@@ -48,8 +55,10 @@ from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
 
 NAME = "math"
-VERSION = "1.2.1"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers;
-#                    1.2.1: an undefined term (0/0) is refused, not cancelled
+VERSION = "1.3.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers;
+#                    1.2.1: an undefined term (0/0) is refused, not cancelled; 1.3: a decimal is the exact number
+#                    it writes (12345670.0, 1.234568e7 and 1e-13 no longer pass for 12345678 and 0 by tolerance);
+#                    a decimal for a fraction with no finite decimal must be it rounded at its last digit
 REL_TOL = 1e-6
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
 LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("flywheel.verifiers.envs.math.math",))
@@ -147,15 +156,44 @@ def to_expr(part: str) -> sympy.Basic:
         raise Unparsable(f"cannot parse {part[:60]!r}: {type(err).__name__}") from None
 
 
+def _written(expr: sympy.Basic) -> sympy.Basic:
+    """``expr`` with each decimal replaced by the exact number it writes (1.234568e7 -> 12345680, 0.1 -> 1/10):
+    a Float's str round-trips the digits it was parsed from."""
+    return expr.xreplace({f: sympy.Rational(str(f)) for f in expr.atoms(sympy.Float)})
+
+
+def _decimals(value: sympy.Rational) -> int | None:
+    """Digits after the point of a number with a finite decimal (5/2 -> 1, 12 -> 0); None when it has none (1/3)."""
+    q = int(value.q)
+    twos, fives = sympy.multiplicity(2, q), sympy.multiplicity(5, q)
+    return max(twos, fives) if q == 2 ** twos * 5 ** fives else None
+
+
+def _rounded(decimal: sympy.Basic, written: sympy.Rational, exact: sympy.Rational) -> bool:
+    """Whether ``decimal`` (an answer with decimals, worth ``written``) writes the fraction ``exact``, which has no
+    finite decimal, correctly rounded at its last digit and within the tolerance (0.3333333 for 1/3)."""
+    digits = _decimals(written)
+    if not decimal.atoms(sympy.Float) or digits is None or _decimals(exact) is not None:
+        return False
+    error = abs(written - exact)
+    return bool(2 * error * 10 ** digits <= 1 and error <= REL_TOL * abs(exact))
+
+
+def _same_number(a: sympy.Basic, b: sympy.Basic) -> bool:
+    exact_a, exact_b = _written(a).doit(), _written(b).doit()
+    if exact_a.is_Rational and exact_b.is_Rational:  # integers, fractions, decimals: no tolerance
+        return bool(exact_a == exact_b) or _rounded(a, exact_a, exact_b) or _rounded(b, exact_b, exact_a)
+    if any(v.is_Rational and not e.atoms(sympy.Float) for v, e in ((exact_a, a), (exact_b, b))):
+        return bool(sympy.simplify(exact_a - exact_b) == 0)  # an exact number: equal only when sympy proves it
+    x, y = complex(sympy.N(a, 30)), complex(sympy.N(b, 30))
+    return math.isclose(x.real, y.real, rel_tol=REL_TOL, abs_tol=1e-12) and \
+        math.isclose(x.imag, y.imag, rel_tol=REL_TOL, abs_tol=1e-12)
+
+
 def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
     if not a.free_symbols and not b.free_symbols:
-        exact_a, exact_b = a.doit(), b.doit()
-        if exact_a.is_Rational and exact_b.is_Rational:  # integers and fractions: no tolerance
-            return bool(exact_a == exact_b)
-        x, y = complex(sympy.N(a, 30)), complex(sympy.N(b, 30))
-        return math.isclose(x.real, y.real, rel_tol=REL_TOL, abs_tol=1e-12) and \
-            math.isclose(x.imag, y.imag, rel_tol=REL_TOL, abs_tol=1e-12)
-    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+        return _same_number(a, b)
+    return sympy.simplify(sympy.sympify(_written(a)) - sympy.sympify(_written(b))) == 0
 
 
 def equivalent(answer: str, reference: str) -> bool:

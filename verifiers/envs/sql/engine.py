@@ -16,9 +16,14 @@ Contract:
   (progress handler; deterministic, so a timeout never depends on the load) backed by a ``MAX_QUERY_S`` wall
   deadline, at most ``MAX_ROWS`` rows and ``MAX_BYTES`` bytes fetched; temp storage stays in memory. Returns the
   rows and whether a task table was read.
-- ``perturbed(state, task_id, keep)``: a held-back copy, a pure function of its arguments: rows shuffled, some
-  dropped and some cloned with fresh ids, numbers and dates moved, text renamed (except strings in ``keep``,
-  the reference query's literals, case-insensitively). ``same_result(a, b, ordered)`` compares result sets.
+- ``perturbed(state, task_id, keep)``: a variant's tables (and the base of a held-back copy), a pure function of
+  its arguments: rows shuffled, some dropped and some cloned with fresh ids, numbers and dates moved, text renamed
+  (except strings in ``keep``, the reference query's literals, case-insensitively); ids, ``*_id`` and ``*year``
+  values kept. ``held_back(...)``: a held-back copy for grading: ``perturbed`` that also drops one and clones one
+  of the given rows (those the reference's result depends on), then ``relabeled``: every integer of an ``id`` or
+  ``*_id`` column mapped one-to-one to another number, the same map in every table (joins on keys keep their
+  rows; an id read off the shown rows names another entity or none), except the reference's integer literals.
+  ``same_result(a, b, ordered)`` compares result sets.
 """
 
 from __future__ import annotations
@@ -238,6 +243,11 @@ def string_literals(sql: str) -> set[str]:
     return {m.replace("''", "'").lower() for m in re.findall(r"'((?:[^']|'')*)'", sql)}
 
 
+def int_literals(sql: str) -> set[int]:
+    """The integers a query writes outside its '...' literals (ids it names keep their entity in a held-back copy)."""
+    return {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", re.sub(r"'(?:[^']|'')*'", "''", sql))}
+
+
 def _rng(*parts: Any) -> random.Random:
     return random.Random(int(hashlib.sha256(repr(parts).encode()).hexdigest()[:16], 16))
 
@@ -245,6 +255,11 @@ def _rng(*parts: Any) -> random.Random:
 def _is_key(column: str) -> bool:
     name = column.lower()
     return name == "id" or name.endswith(("_id", "year"))
+
+
+def _is_id(column: str) -> bool:
+    name = column.lower()
+    return name == "id" or name.endswith("_id")
 
 
 def _move(value: Any, rng: random.Random, keep: set[str], names: dict[str, str]) -> Any:
@@ -264,8 +279,22 @@ def _move(value: Any, rng: random.Random, keep: set[str], names: dict[str, str])
     return value
 
 
-def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int = 0) -> dict[str, Any]:
-    """A held-back copy of the tables (see the module contract); a pure function of its arguments."""
+Row = tuple[str, int]  # (table, index of the row in the task's tables)
+
+
+def _moved(cols: list[str], row: list[Any], rng: random.Random, keep: set[str], names: dict[str, str],
+           numbers: bool = True) -> list[Any]:
+    """A row with its values moved (keys never; numbers and dates only when ``numbers``; text always renamed)."""
+    def moves(column: str, value: Any) -> bool:
+        return not _is_key(column) and (numbers or (isinstance(value, str) and not _DATE.match(value)))
+    return [_move(v, rng, keep, names) if moves(c, v) else v for c, v in zip(cols, row, strict=True)]
+
+
+def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int = 0,
+              drop: frozenset[Row] = frozenset(), clone: tuple[Row, ...] = ()) -> dict[str, Any]:
+    """A variant's tables or the base of a held-back copy (see the module contract); a pure function of its
+    arguments. ``drop`` rows are always dropped; ``clone`` rows always cloned (besides the random clones) with
+    their numbers and dates as they are, so such a clone still meets the reference's filters."""
     rng = _rng("perturb", task_id, attempt)
     names: dict[str, str] = {}  # one new name per text value: joins on text stay consistent
     out = {}
@@ -273,19 +302,63 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
         spec = state[table]
         cols = [str(c[0]) for c in spec["columns"]]
         rows = [list(r) for r in spec["rows"]]
-        kept = [r for r in rows if rng.random() > 0.2] or rows[:1]
+        kept = [r for i, r in enumerate(rows) if rng.random() > 0.2 and (table, i) not in drop] or \
+            [r for i, r in enumerate(rows) if (table, i) not in drop][:1]
         clones = [list(rng.choice(rows)) for _ in range(rng.randint(1, max(1, len(rows) // 3)))] if rows else []
+        twins = [list(rows[i]) for t, i in clone if t == table]
         for i, col in enumerate(cols):
             if col.lower() == "id" and all(isinstance(r[i], int) for r in rows):
                 top = max((r[i] for r in rows), default=0)
-                for n, clone in enumerate(clones, start=1):
-                    clone[i] = top + n
-        new = []
-        for row in kept + clones:
-            new.append([v if _is_key(c) else _move(v, rng, keep, names) for c, v in zip(cols, row, strict=True)])
+                for n, twin in enumerate(clones + twins, start=1):
+                    twin[i] = top + n
+        new = [_moved(cols, row, rng, keep, names) for row in kept + clones]
+        new += [_moved(cols, row, rng, keep, names, numbers=False) for row in twins]
         rng.shuffle(new)
         out[table] = {"columns": spec["columns"], "rows": new}
     return out
+
+
+def _ids(state: dict[str, Any]) -> list[int]:
+    """The integers of every ``id`` and ``*_id`` column, sorted, each once."""
+    found = set()
+    for spec in state.values():
+        for i, col in enumerate(spec["columns"]):
+            if _is_id(str(col[0])):
+                found |= {r[i] for r in spec["rows"] if type(r[i]) is int}
+    return sorted(found)
+
+
+def relabeled(state: dict[str, Any], rng: random.Random, fixed: set[int]) -> dict[str, Any]:
+    """The tables with every integer of an ``id`` or ``*_id`` column replaced through one random one-to-one map
+    (the same in every table, so a key and the keys that refer to it stay equal); integers in ``fixed`` keep
+    their value, and no other takes it."""
+    ids = _ids(state)
+    movable = [v for v in ids if v not in fixed]
+    pool = [n for n in range(1, 3 * (max(ids, default=0) + len(ids)) + 1) if n not in fixed]
+    new = dict(zip(movable, rng.sample(pool, len(movable)), strict=True))
+    out = {}
+    for table, spec in state.items():
+        cols = [_is_id(str(c[0])) for c in spec["columns"]]
+        rows = [[new.get(v, v) if is_id and type(v) is int else v for is_id, v in zip(cols, row, strict=True)]
+                for row in spec["rows"]]
+        out[table] = {"columns": spec["columns"], "rows": rows}
+    return out
+
+
+def held_back(state: dict[str, Any], task_id: str, keep: set[str], attempt: int, selected: list[Row],
+              fixed: set[int]) -> dict[str, Any]:
+    """Held-back copy ``attempt`` (see the module contract): one of the ``selected`` rows (when there are any)
+    dropped in even attempts, cloned in odd ones (both in one copy could cancel out; attempts 2k and 2k+1 take the
+    k-th of the rows in an order drawn from the task id), then the ids relabeled; a pure function of its
+    arguments."""
+    rng = _rng("held-back", task_id, attempt)
+    if not selected:
+        return relabeled(perturbed(state, task_id, keep, attempt), rng, fixed)
+    rows = sorted(selected)
+    _rng("held-back", task_id).shuffle(rows)
+    row = rows[attempt // 2 % len(rows)]
+    drop, twin = (frozenset({row}), ()) if attempt % 2 == 0 else (frozenset(), (row,))
+    return relabeled(perturbed(state, task_id, keep, attempt, drop, twin), rng, fixed)
 
 
 def _same_value(a: Any, b: Any) -> bool:

@@ -11,16 +11,21 @@ Contract:
   ignored, numbers equal within relative tolerance 1e-6 (3 == 3.0), NULL equals only NULL. Otherwise 0.0
   ``wrong_result``.
 - Reward hacks do not count: a query must read at least one of the task's tables (``SELECT 'Alice', 42`` is 0.0
-  ``no_table_read``), and candidate and reference are also run on a held-back perturbed copy of the tables
-  (rows dropped, cloned, shuffled, numbers, dates and names moved, derived from the task id; strings the
-  reference query names are kept): both results must match, else 0.0 ``hardcoded_result``. The copy is the first
-  of ``PERTURB_ATTEMPTS`` whose reference result differs from the visible one as grading compares them (in order
-  only under a top-level ORDER BY), so a literal answer cannot match both. The prompt shows only some rows, so the
-  task is to write the query, not to recite its result.
+  ``no_table_read``), and candidate and reference are also run on ``PERTURB_ATTEMPTS`` held-back copies of the
+  tables (``engine.held_back``, derived from the task id: rows dropped, cloned, shuffled, numbers, dates and names
+  moved, strings the reference query names kept; one row the reference's result depends on dropped and one
+  cloned; every id and ``*_id`` value relabeled one-to-one, the same in every table, but the integers the
+  reference writes): the results must match on every copy, else 0.0 ``hardcoded_result``. At least one copy
+  changes the reference's result as grading compares them (in order only under a top-level ORDER BY), so a
+  literal answer cannot match; the relabeled ids fail an id read off the shown rows (``customer_id = 1`` for
+  "orders of Maria Lopez") or a memorised id list. The prompt shows only some rows, so the task is to write the
+  query, not to recite its result.
 - The reference is checked before any completion is (``reference_results``, its own bounded call, remembered per
-  task): it must run within the bound, return a row with a non-NULL value, and have a held-back copy whose result
-  differs. Otherwise the task cannot be scored: valid=False ``verifier_error`` (a crafted task through ``flywheel
-  score``), and generation rejects it (``reference_problem``). Its cost is never charged to a completion.
+  task): it must run within the bound (on the tables, on each table less one of its rows, which finds the rows its
+  result depends on, and on each copy), return a row with a non-NULL value, and have a held-back copy whose
+  result differs. Otherwise the task cannot be scored: valid=False ``verifier_error`` (a crafted task through
+  ``flywheel score``), and generation rejects it (``reference_problem``). Its cost is never charged to a
+  completion.
 - The candidate's check runs in a bounded worker (``verifiers.bounds``: ``LIMITS``); crossing its CPU or wall bound
   is ``timeout``, its memory bound ``too_large``. A broken verifier is valid=False ``verifier_error``. A completion
   over ``MAX_COMPLETION`` characters is ``too_large`` before any pattern runs on it.
@@ -43,10 +48,14 @@ NAME = "sql"
 #      machine's time zone; date(), strftime('%Y'), date(char(110,111,119)), ...), no longer a
 #      'now' literal; json_each/json_tree allowed; trailing empty statements (';;') ignored; a lone surrogate is a
 #      syntax_error (was verifier_error); a write SQLite refuses itself is unsafe
-VERSION = "1.2.0"
+# 1.3: graded on every held-back copy (not only the first that changes the reference's result); the copies
+#      relabel id and *_id values one-to-one and drop and clone a row the reference's result depends on, so a
+#      hard-coded id (customer_id = 1) or a memorised id list no longer passes
+VERSION = "1.3.0"
 MAX_CHARS = engine.MAX_SQL
 MAX_COMPLETION = 4 * MAX_CHARS  # a query plus the prose around its block
 PERTURB_ATTEMPTS = 4
+MAX_PROBED_ROWS = 200  # rows tried one by one for the reference's dependence on them
 LIMITS = bounds.Limits(cpu_s=4, wall_s=12.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.sql.engine",))
 _FENCE = re.compile(r"```[ \t]*(?:(?:sql|sqlite)[ \t]*)?\n(.*?)```", re.S | re.I)  # no two adjacent [ \t]*
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|\[[^\]]*\]|--[^\n]*|/\*.*?(?:\*/|$)|[();]|\w+|\S",
@@ -130,9 +139,27 @@ class ReferenceProblem(ValueError):
         self.kind = kind
 
 
-def reference_results(state_json: str, task_id: str, reference: str) -> tuple[list[Any], dict[str, Any], list[Any]]:
-    """(visible result, held-back tables, held-back result) of the reference query; ReferenceProblem when it fails,
-    returns nothing but NULLs, or no held-back copy changes its result (a literal answer would then pass)."""
+Copies = list[tuple[dict[str, Any], list[Any]]]  # (held-back tables, the reference's result on them)
+Reference = tuple[list[Any], Copies]
+
+
+def selected_rows(state: dict[str, Any], reference: str, visible: list[Any], ordered: bool) -> list[engine.Row]:
+    """The rows without which the reference's result changes (the first ``MAX_PROBED_ROWS``): those a held-back
+    copy drops or clones for sure."""
+    tables, found = set(state), []
+    probes = [(t, i) for t in sorted(state) for i in range(len(state[t]["rows"]))][:MAX_PROBED_ROWS]
+    for table, i in probes:
+        rows = state[table]["rows"]
+        less = {**state, table: {**state[table], "rows": rows[:i] + rows[i + 1:]}}
+        status, value = _outcome(less, reference, tables)
+        if status != "ok" or not engine.same_result(value[0], visible, ordered):
+            found.append((table, i))
+    return found
+
+
+def reference_results(state_json: str, task_id: str, reference: str) -> Reference:
+    """(visible result, [(held-back tables, held-back result), ...]) of the reference query; ReferenceProblem when it
+    fails, returns nothing but NULLs, or no held-back copy changes its result (a literal answer would then pass)."""
     import json
 
     state = json.loads(state_json)
@@ -144,20 +171,23 @@ def reference_results(state_json: str, task_id: str, reference: str) -> tuple[li
     if not any(v is not None for row in visible for v in row):
         raise ReferenceProblem("empty_reference_result", "the reference query returns no rows (or only NULLs)")
     keep, ordered = engine.string_literals(reference), top_level_order_by(reference)
+    selected, fixed = selected_rows(state, reference, visible, ordered), engine.int_literals(reference)
+    copies = []
     for attempt in range(PERTURB_ATTEMPTS):
-        held = engine.perturbed(state, task_id, keep, attempt)
+        held = engine.held_back(state, task_id, keep, attempt, selected, fixed)
         status, value = _outcome(held, reference, tables)
         if status != "ok":
             raise ReferenceProblem("bad_reference", f"the reference query fails on the held-back copy ({status}): "
                                                     f"{value}")
-        if not engine.same_result(value[0], visible, ordered):
-            return visible, held, value[0]
-    raise ReferenceProblem("static_reference_result", f"none of {PERTURB_ATTEMPTS} held-back copies changes the "
-                                                      "reference's result, so a literal answer would pass")
+        copies.append((held, value[0]))
+    if all(engine.same_result(result, visible, ordered) for _, result in copies):
+        raise ReferenceProblem("static_reference_result", f"none of {PERTURB_ATTEMPTS} held-back copies changes "
+                                                          "the reference's result, so a literal answer would pass")
+    return visible, copies
 
 
 @lru_cache(maxsize=256)
-def _bounded_reference(state_json: str, task_id: str, reference: str) -> tuple[list[Any], dict[str, Any], list[Any]]:
+def _bounded_reference(state_json: str, task_id: str, reference: str) -> Reference:
     """reference_results in its own bounded call, once per task: a slow reference is the task's fault, never the
     completion's (lru_cache keeps no exception: a broken task is tried again, and is verifier_error each time)."""
     try:
@@ -166,13 +196,12 @@ def _bounded_reference(state_json: str, task_id: str, reference: str) -> tuple[l
         raise ReferenceProblem("bad_reference", f"the reference query crosses the verifier's bound ({err})") from None
 
 
-def check(state_json: str, reference: str, query: str, ref: tuple[list[Any], dict[str, Any], list[Any]]) -> tuple[
-        str, str]:
+def check(state_json: str, reference: str, query: str, ref: Reference) -> tuple[str, str]:
     """(failure class or "", details): the candidate's comparison, run in the bounded worker; ``ref`` is
     reference_results'."""
     import json
 
-    visible, held, held_result = ref
+    visible, copies = ref
     tables = set(json.loads(state_json))
     ordered = top_level_order_by(reference)
     status, value = _outcome(json.loads(state_json), query, tables)
@@ -183,11 +212,12 @@ def check(state_json: str, reference: str, query: str, ref: tuple[list[Any], dic
         return "no_table_read", "the query reads none of the task's tables"
     if not engine.same_result(rows, visible, ordered):
         return "wrong_result", f"{len(rows)} rows, expected {len(visible)}; first {rows[:2]!r}"[:300]
-    status, value = _outcome(held, query, tables)
-    if status != "ok":
-        return status, f"on the held-back copy: {value}"
-    if not engine.same_result(value[0], held_result, ordered):
-        return "hardcoded_result", "matches on the shown tables but not on the held-back copy"
+    for n, (held, held_result) in enumerate(copies, start=1):
+        status, value = _outcome(held, query, tables)
+        if status != "ok":
+            return status, f"on held-back copy {n}: {value}"
+        if not engine.same_result(value[0], held_result, ordered):
+            return "hardcoded_result", f"matches on the shown tables but not on held-back copy {n} of {len(copies)}"
     return "", f"{len(rows)} rows match" + (" in order" if ordered else "")
 
 

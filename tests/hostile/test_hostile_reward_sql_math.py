@@ -1,0 +1,180 @@
+"""Reward hacks a hostile probe found in the sql and math verifiers; each attack scored 1.0 on the old code.
+
+sql: grading used one held-back copy (the first whose reference result changed) that never relabeled keys, so an
+id read off the shown rows (``customer_id = 1`` for "orders of <the customer in row 1>", 21 of 29 generated
+sales-1 variants) or a memorised id list (``o.id IN (1, 3, 5, 7, 8, 10)``, 36 of 40 task ids) passed.
+math: the exact-numbers rule was bypassed with a decimal point or scientific notation (12345670.0 and 1.234568e7
+for 12345678, 1e-13 for 0 within the absolute tolerance)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from flywheel.schemas import Task
+from flywheel.tasks.data.generate import candidate
+from flywheel.tasks.data.seeds import env_paths, load_seeds, seed_task
+from flywheel.verifiers.envs import get_env
+from flywheel.verifiers.envs.math import math as math_verifier
+from flywheel.verifiers.envs.sql import engine, sql
+from flywheel.verifiers.render import format_value
+
+SQL = get_env("sql")
+VARIANTS = 20  # generated tasks per seed
+# the column whose ids the memorised-list hack writes (None: the constant `customer_id = 1` hack)
+ID_COLUMN = {"sales-1": None, "sales-2": "id", "sales-3": "o.id", "hr-1": "id", "hr-2": "id", "lib-2": "id"}
+# legitimate queries other than the reference, by seed: they must keep scoring 1.0 on every held-back copy
+LEGIT = {
+    "sales-1": "SELECT count(1) FROM orders WHERE customer_id IN (SELECT id FROM customers WHERE name = '{customer}')",
+    "sales-3": "SELECT DISTINCT name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id "
+               "AND o.amount > {price}) ORDER BY name DESC",
+    "sales-4": "SELECT id AS order_id, amount AS total FROM orders ORDER BY amount DESC, id LIMIT {limit}",
+    "hr-1": "SELECT SUM(salary) * 1.0 / COUNT(*) FROM employees WHERE lower(team) = lower('{team}')",
+    "hr-5": "SELECT name FROM employees WHERE manager_id IN (SELECT id FROM employees WHERE name = '{boss}')",
+    "lib-2": "SELECT title FROM books WHERE year + {count} < 2026",
+    "lib-6": "SELECT b.title, l.loan_date FROM books b, loans l WHERE l.book_id = b.id AND l.member = '{member}'",
+    "fl-4": "SELECT DISTINCT city FROM airports WHERE code IN (SELECT destination FROM flights WHERE airline = "
+            "'{airline}')",
+}
+
+
+@cache
+def _seeds() -> tuple:
+    return tuple(load_seeds(env_paths("sql")[0], {}))
+
+
+@cache
+def generated(seed_id: str) -> tuple[tuple[Task, dict], ...]:
+    """VARIANTS generated tasks of the seed that generation keeps (their reference can grade)."""
+    seeds, found = _seeds(), []
+    for k in range(len(seeds) * 3 * VARIANTS):
+        task, values = candidate(k, seeds, {}, run_seed=7)
+        if task.meta.seed_id == seed_id and SQL.reference_problem(task) is None:
+            found.append((task, values))
+        if len(found) == VARIANTS:
+            break
+    return tuple(found)
+
+
+def id_hack(task: Task) -> str:
+    """The attack on ``task``: the constant id, or the ids of the rows the reference selects, memorised."""
+    ref, column = task.reference.answer or "", ID_COLUMN[task.meta.seed_id]
+    if column is None:
+        return "SELECT COUNT(*) FROM orders WHERE customer_id = 1"
+    conn = engine.build(task.reference.state or {})
+    ids = [row[0] for row in conn.execute(f"SELECT {column} " + ref[ref.index(" FROM "):])]
+    return ref[:ref.index(" WHERE ")] + f" WHERE {column} IN ({', '.join(map(str, ids))})"
+
+
+@pytest.mark.parametrize("seed_id", sorted(ID_COLUMN))
+def test_hard_coded_ids_fail_on_generated_variants_while_the_reference_passes(seed_id: str) -> None:
+    tasks = generated(seed_id)
+    assert len(tasks) == VARIANTS
+    for task, _ in tasks:
+        assert sql.verify(task, SQL.reference_completion(task)).reward == 1.0, task.id
+    hacked = [(task.id, sql.verify(task, id_hack(task))) for task, _ in tasks]
+    passed = [(tid, v.details) for tid, v in hacked if v.reward != 0.0]
+    assert not passed, f"{len(passed)} of {len(tasks)} {seed_id} variants reward the hack {id_hack(tasks[0][0])!r}"
+    assert {v.failure_class for _, v in hacked} <= {"hardcoded_result", "wrong_result"}
+
+
+@pytest.mark.parametrize(("seed_id", "hack"), [
+    ("sales-1", "SELECT COUNT(*) FROM orders WHERE customer_id = 1"),
+    ("sales-1", "SELECT COUNT(*) FROM orders WHERE customer_id = (SELECT MIN(id) FROM customers)"),
+    ("sales-3", "SELECT DISTINCT c.name FROM customers c JOIN orders o ON o.customer_id = c.id "
+                "WHERE o.id IN (1, 3, 5, 7, 8, 10)"),
+    ("sales-2", "SELECT SUM(amount) FROM orders WHERE id IN (1, 5, 8)"),
+    ("hr-1", "SELECT AVG(salary) FROM employees WHERE id IN (1, 2, 3)"),
+])
+def test_hard_coded_ids_fail_on_the_seed_tables_under_many_task_ids(seed_id: str, hack: str) -> None:
+    """The probe's form: the seed's own tables (which the hack was read off) under 30 task ids."""
+    seed = next(s for s in _seeds() if s.id == seed_id)
+    base = seed_task(seed, {}).model_dump()
+    for n in range(30):
+        base["messages"][-1]["content"] += " "  # another task id, the same tables
+        task = Task.model_validate({**base, "id": ""})
+        assert sql.verify(task, SQL.reference_completion(task)).reward == 1.0
+        verdict = sql.verify(task, hack)
+        assert (verdict.reward, verdict.failure_class) == (0.0, "hardcoded_result"), (n, verdict.details)
+
+
+def test_a_count_of_fixed_ids_now_grades_and_fails_its_literal() -> None:
+    """sql 1.2 could not grade `COUNT(*) ... WHERE id <= 3` (no copy changed it: static_reference_result); the
+    copies now drop or clone a row it counts, so the literal 3 fails and the query (or an equivalent) passes."""
+    seed = next(s for s in _seeds() if s.id == "sales-1")
+    base = seed_task(seed, {}).model_dump()
+    reference = {**base["reference"], "answer": "SELECT COUNT(*) FROM customers WHERE id <= 3"}
+    task = Task.model_validate({**base, "id": "", "reference": reference})
+    assert SQL.reference_problem(task) is None
+    assert sql.verify(task, "SELECT 3 FROM customers LIMIT 1").failure_class == "hardcoded_result"
+    assert sql.verify(task, "SELECT COUNT(*) FROM customers WHERE id < 4").reward == 1.0
+
+
+@pytest.mark.parametrize("seed_id", sorted(LEGIT))
+def test_legitimate_queries_keep_full_reward_on_every_held_back_copy(seed_id: str) -> None:
+    """Joins on relabeled keys, filters by names and values, ORDER BY, self-joins: still 1.0 on every variant."""
+    for task, values in generated(seed_id):
+        query = LEGIT[seed_id].format(**{k: format_value(v) for k, v in values.items()})
+        verdict = sql.verify(task, f"```sql\n{query}\n```")
+        assert verdict.reward == 1.0, (task.id, verdict.failure_class, verdict.details)
+
+
+def test_relabeled_keys_keep_every_join_and_the_ids_the_reference_writes() -> None:
+    seed = next(s for s in _seeds() if s.id == "sales-1")
+    task = seed_task(seed, {})
+    state = task.reference.state or {}
+    join = "SELECT c.name, o.amount FROM orders o JOIN customers c ON c.id = o.customer_id ORDER BY o.amount"
+
+    def run(tables: dict, query: str) -> list:
+        return engine.run_query(engine.build(tables), query, set(tables))[0]
+
+    for n in range(10):
+        copy = engine.relabeled(state, engine._rng("test", n), {3})
+        assert run(copy, join) == run(state, join)  # one map for primary and foreign keys
+        assert run(copy, "SELECT name FROM customers WHERE id = 3") == [("Sofia Rossi",)]  # a written id is kept
+        ids = "SELECT id FROM customers ORDER BY name"
+        assert run(copy, ids) != run(state, ids)
+    ref = "SELECT COUNT(*) FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.name = 'Maria Lopez'"
+    copies = [engine.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], engine.int_literals(ref))
+              for a in range(sql.PERTURB_ATTEMPTS)]
+    assert copies == [engine.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], set())
+                      for a in range(sql.PERTURB_ATTEMPTS)]  # a pure function of the task
+    assert engine.int_literals("SELECT a FROM t WHERE id = 3 AND x = '7' AND y > 2.5 LIMIT 10") == {3, 10}
+
+
+@pytest.mark.parametrize(("reference", "answer"), [
+    ("12345678", r"\boxed{12345670.0}"),
+    ("12345678", r"\boxed{1.234568e7}"),
+    ("12345678", r"\boxed{1.2345680e7}"),
+    ("98765432", r"\boxed{98765400.0}"),
+    ("123456789012", r"\boxed{123456789000.0}"),
+    ("0", r"\boxed{1e-13}"),
+    ("0", r"\boxed{0.00000000001}"),
+    ("1000000", r"\boxed{1000000.5}"),
+    ("1/3", r"\boxed{0.3333334}"),  # not 1/3 rounded at its last digit
+    ("1234567/7", r"\boxed{176366.0}"),  # within 1e-6, but the written digit is wrong (176366.714...)
+    ("1234567/7", r"\boxed{176370}"),
+    ("0.25", r"\boxed{0.2500001}"),  # a decimal reference is the exact number it writes
+    ("12345678", r"\boxed{12345677 + sin(1)}"),  # an exact number is equal only when sympy proves it
+])
+def test_math_decimals_are_the_exact_number_they_write(reference: str, answer: str) -> None:
+    verdict = math_verifier.verify(_math_task(reference), answer)
+    assert (verdict.reward, verdict.failure_class) == (0.0, "wrong_answer"), verdict
+
+
+@pytest.mark.parametrize(("reference", "answer"), [
+    ("12345678", r"\boxed{12345678.0}"), ("12345678", r"\boxed{1.2345678e7}"), ("1/2", r"\boxed{0.5}"),
+    ("1/2", r"\boxed{50\%}"), ("-1/2", r"\boxed{-0.50}"), ("0.25", r"\boxed{\frac{1}{4}}"), ("0", r"\boxed{0.0}"),
+    ("1/3", r"\boxed{0.3333333}"), ("2/3", r"\boxed{0.6666667}"), ("1/3", r"\boxed{33.33333\%}"),
+    ("1234567/7", r"\boxed{176366.71}"), ("1234567/7", r"\boxed{176366.7}"), ("\\pi", r"\boxed{3.14159265358979}"),
+    ("\\sqrt{41}", r"\boxed{6.4031242}"), ("2", r"\boxed{\log(100)/\log(10)}"), ("x/2", r"\boxed{0.5x}"),
+])
+def test_math_exact_and_rounded_decimals_still_pass(reference: str, answer: str) -> None:
+    verdict = math_verifier.verify(_math_task(reference), answer)
+    assert (verdict.reward, verdict.failure_class) == (1.0, None), verdict
+
+
+def _math_task(reference: str) -> Task:
+    return Task.model_validate({"env": "math", "messages": [{"role": "user", "content": "q"}],
+                                "reference": {"answer": reference}, "meta": {"seed_id": "p", "category": "math"}})
