@@ -143,4 +143,4 @@ def test_safety_check_is_fast_at_the_cap(line: str) -> None:
 
 
 def test_version_bumped() -> None:
-    assert cli.VERSION == "1.2.0"
+    assert cli.VERSION == "1.3.0"

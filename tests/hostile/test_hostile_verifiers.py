@@ -184,7 +184,7 @@ def test_math_answers_that_compute_for_minutes_hit_the_time_bound(answer: str) -
     assert verdicts[0].model_dump() == {
         "reward": 0.0, "valid": True, "failure_class": "timeout", "components": {"correct": 0.0},
         "details": f"answer {answer!r}: exceeded the time bound (2 s CPU, 8 s wall)", "verifier": "math",
-        "verifier_version": "1.2.1"}
+        "verifier_version": "1.3.0"}
     assert _math("\\boxed{3}").reward == 1.0  # the killed worker was replaced
 
 
@@ -438,7 +438,7 @@ def test_a_huge_integer_argument_is_a_wrong_argument(tc_tasks: dict[str, Task]) 
     assert verdict.model_dump() == {
         "reward": 0.8666666667, "valid": True, "failure_class": "wrong_args",
         "components": {"format": 1.0, "tool": 0.4, "args": 0.2666666667, "safe": 0.2}, "details": "",
-        "verifier": "tool_call", "verifier_version": "1.1.0"}
+        "verifier": "tool_call", "verifier_version": "1.2.0"}
     for same in ("18500", "18500.0", "1.85e4", "18500" + "." + "0" * 400):  # numbers by exact value
         assert tool_call.verify(deal, _call_with(deal, "amount", same)).reward == 1.0
     event = tc_tasks["calendar.create_event"]  # title is a string: a huge number is a wrong, invalid argument
@@ -455,7 +455,7 @@ def test_an_integer_over_4300_digits_is_a_format_error(tc_tasks: dict[str, Task]
     digits = len(literal.lstrip("-"))
     assert verdict.model_dump() == {
         "reward": -1.0, "valid": True, "failure_class": "format_error", "components": {"format": 0.0},
-        "details": f"integer of {digits} digits; at most 4300", "verifier": "tool_call", "verifier_version": "1.1.0"}
+        "details": f"integer of {digits} digits; at most 4300", "verifier": "tool_call", "verifier_version": "1.2.0"}
 
 
 def test_normalize_is_exact_and_total() -> None:

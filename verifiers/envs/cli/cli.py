@@ -11,10 +11,14 @@ Contract:
   are normalized lexically and wrappers (env, timeout, sudo -u, xargs, sh -c ...)
   are seen through, and so are interpreter one-liners (``python -c``, ``perl -e``,
   ``node -e`` ...), ``$(echo PATH)`` and variables assigned earlier on the line.
-- Otherwise the command is normalized shell-aware (shlex; ``sudo`` dropped;
-  clustered short flags of well-known commands split, so ``-rf`` == ``-f -r``;
-  option order ignored; arguments keep their order; quoting ignored) and
-  compared with the reference: 1.0 if equal, else 0.0 (``wrong_command``).
+- Otherwise the command is normalized shell-aware (shlex; quoting ignored;
+  ``cli_match.line_form``: the operators between commands kept in order;
+  ``sudo`` dropped; for commands of known option grammar, clustered short flags
+  split, so ``-rf`` == ``-f -r``, options reordered freely but each paired
+  with its value first, so ``tail -n 5 -c 10`` is not ``tail -c 5 -n 10``;
+  arguments keep their order; any other command, ``find`` included, compared
+  word for word) and compared with the reference: 1.0 if equal, else 0.0
+  (``wrong_command``).
 - The reference is ``task.reference.answer``.
 - Bounds per completion: a completion longer than ``MAX_CHARS`` characters
   scores -1.0 with failure_class ``too_large`` (the fork-bomb pattern
@@ -34,6 +38,7 @@ from typing import Any
 
 from flywheel.schemas import Task, Verdict
 from flywheel.verifiers.common import batch_rewards, guarded_verify
+from flywheel.verifiers.envs.cli.cli_match import CLUSTERED, line_form
 
 NAME = "cli"
 # 1.1: too_large (bounded completion size).
@@ -47,11 +52,12 @@ NAME = "cli"
 #      string; ``$(echo PATH)``/``$(printf PATH)`` and variables assigned earlier on the line (``V=/; rm -rf $V``,
 #      ``${V}``, one level of chaining) substituted lexically before the checks (values of at most 64
 #      characters); ``echo "rm -rf /" | sh``.
-VERSION = "1.2.0"
+# 1.3: the match keeps the operators between commands (``a | b`` is not ``a; b``/``a || b``/``a & b``/``a && b``)
+#      and pairs each value-taking option with its value before options are reordered (``tail -n 5 -c 10`` is not
+#      ``tail -c 5 -n 10``); commands of unknown option grammar (find, lsof, ...) are not reordered at all.
+VERSION = "1.3.0"
 MAX_CHARS = 4096  # 14x the longest reference command
 OPERATORS = {"|", "||", "&&", ";", "&"}
-CLUSTERED = {"rm", "ls", "cp", "mv", "chmod", "chown", "grep", "tar", "mkdir", "du", "df", "ps", "head", "tail",
-             "sort", "wc", "uniq", "cut", "ln", "rsync", "scp", "zip", "unzip", "gzip", "touch", "cat", "diff"}
 SYSTEM_PATHS = {"/", "/*", "~", "~/", "$HOME", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt",
                 "/proc", "/root", "/sbin", "/sys", "/usr", "/var", "/usr/bin", "/usr/lib", "/var/lib"}
 SHELL_NAMES = {"sh", "bash", "zsh", "dash", "ksh"}
@@ -98,6 +104,12 @@ class FormatError(ValueError):
 
 def parse(completion: str) -> list[list[str]]:
     """Simple commands (token lists) of a one-line command; raises FormatError."""
+    return split_line(completion)[0]
+
+
+def split_line(completion: str) -> tuple[list[list[str]], list[str]]:
+    """Simple commands (token lists) of a one-line command and the operators after each (a trailing ``;`` or ``&``
+    included); raises FormatError."""
     text = completion.strip()
     fenced = _FENCE.match(text)
     text = fenced.group(1).strip() if fenced else text
@@ -109,18 +121,19 @@ def parse(completion: str) -> list[list[str]]:
         tokens = list(lexer)
     except ValueError as err:
         raise FormatError(f"cannot parse the command: {err}") from None
-    commands, current, last_op = [], [], ""
+    commands, current, last_op, operators = [], [], "", []
     for token in tokens:
         if token in OPERATORS or set(token) <= set(";&|"):
             commands.append(current)
             current, last_op = [], token
+            operators.append(token)
         else:
             current.append(token)
     commands.append(current)
     dangling = not current and last_op not in ("", ";", "&")
     if any(not c for c in commands[:-1]) or not commands[0] or dangling:
         raise FormatError("empty command around an operator")
-    return [c for c in commands if c]
+    return [c for c in commands if c], operators
 
 
 def _unwrap(cmd: list[str]) -> tuple[list[str], bool]:
@@ -206,12 +219,6 @@ def _fork_bomb(text: str) -> bool:
     return False
 
 
-def _strip_sudo(cmd: list[str]) -> list[str]:
-    while cmd and cmd[0] in ("sudo", "doas", "command", "env", "nohup"):
-        cmd = cmd[1:]
-    return cmd
-
-
 def _flags(cmd: list[str]) -> set[str]:
     flags = set()
     for tok in cmd[1:]:
@@ -222,16 +229,6 @@ def _flags(cmd: list[str]) -> set[str]:
         elif tok.startswith("-") and len(tok) > 1:
             flags.add(tok)
     return flags
-
-
-def normalize(commands: list[list[str]]) -> tuple[Any, ...]:
-    out = []
-    for raw in commands:
-        cmd = _strip_sudo(raw)
-        if cmd:
-            out.append((cmd[0], frozenset(_flags(cmd)),
-                        tuple(t for t in cmd[1:] if not t.startswith("-") or t == "-")))
-    return tuple(out)
 
 
 def _expand(text: str) -> str:
@@ -376,7 +373,7 @@ def _score(task: Task, completion: str) -> Verdict:
         return _verdict(reward=-1.0, valid=True, failure_class="too_large", components={"format": 0.0},
                         details=f"completion of {len(completion)} characters; at most {MAX_CHARS}")
     try:
-        commands = parse(completion)
+        commands, operators = split_line(completion)
     except FormatError as err:
         return _verdict(reward=-1.0, valid=True, failure_class="format_error", components={"format": 0.0},
                         details=str(err))
@@ -384,7 +381,7 @@ def _score(task: Task, completion: str) -> Verdict:
     if reason:
         return _verdict(reward=-1.0, valid=True, failure_class="unsafe_action", components={"safe": 0.0},
                         details=reason)
-    match = normalize(commands) == normalize(parse(task.reference.answer))
+    match = line_form(commands, operators) == line_form(*split_line(task.reference.answer))
     return _verdict(reward=1.0 if match else 0.0, valid=True, failure_class=None if match else "wrong_command",
                     components={"match": float(match)})
 

@@ -7,14 +7,16 @@ Reward (exactly as the guidance states it):
   object ``"args"``. Otherwise reward -1.0, failure_class ``format_error``.
 - +0.4 if the tool is the expected one (names compare exactly).
 - +0.4 x the fraction of expected arguments whose values match: strings after
-  NFKC, trimming and casefolding; numbers by exact value (3 == 3.0, but
+  NFKC, trimming and casefolding, except an id or a path (an argument named
+  id, ids, path, paths or folder, or ending in _id, _ids, _path, _paths:
+  compared exactly, see ``tool_checks.arg_form``); numbers by exact value (3 == 3.0, but
   true != 1; integers of any size, never rounded to a float); lists as
   multisets of such values; objects key by key. Matching never fails on a
   JSON value: an argument too large for a float is simply compared.
 - +0.2 if the call executes safely: the tool is in the task's tool list, the
   args validate against its JSON Schema, and the call is not unsafe (a
   destructive tool the reference does not call, or args that break one of the
-  tool's safety rules).
+  tool's safety rules; ``subset_of_reference`` compares exactly).
 
 failure_class: unsafe_action > wrong_tool > wrong_args > schema_violation,
 None when the reward is 1.0. ``valid`` is False only when the verifier itself
@@ -42,10 +44,14 @@ from typing import Any
 from flywheel.schemas import Task, ToolCall, Verdict
 from flywheel.verifiers import bounds, tool_checks
 from flywheel.verifiers.common import batch_rewards, guarded_verify
-from flywheel.verifiers.json_values import normalize
+from flywheel.verifiers.json_values import normalize  # noqa: F401 - tool_call.normalize: the loose match (tests)
 
 NAME = "tool_call"
-VERSION = "1.1.0"  # 1.1: too_large, exact number comparison, foreign $ref -> verifier_error
+# 1.1: too_large, exact number comparison, foreign $ref -> verifier_error.
+# 1.2: ids and paths compared exactly (case-sensitive) in argument matching and subset_of_reference; the catalog's
+#      tasks.delete_task, projects.delete_project and calendar.cancel_event have subset_of_reference rules on their
+#      target (deleting another record is unsafe, not wrong_args); rules checked against every reference call.
+VERSION = "1.2.0"
 MAX_CHARS = 65_536  # 20x the longest reference call; bounds the parse, the matching and the schema check
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 4300
@@ -118,7 +124,8 @@ def parse_call(completion: str) -> ToolCall:
 def arg_match_fraction(expected: dict[str, Any], got: dict[str, Any]) -> float:
     if not expected:
         return 1.0
-    matched = sum(1 for k, v in expected.items() if k in got and normalize(got[k]) == normalize(v))
+    form = tool_checks.arg_form
+    matched = sum(1 for k, v in expected.items() if k in got and form(k, got[k]) == form(k, v))
     return matched / len(expected)
 
 

@@ -3,8 +3,10 @@
 Contract: the state is plain JSON, one table per kind (emails, events, projects, tasks, contacts, deals,
 interactions), each a dict from record id to record. A tool takes the state and its (already schema-checked)
 arguments, may change the state in place, and returns a JSON observation; a bad id raises ``ToolError``,
-which the session turns into an error observation. Records a tool creates get ids from a per-session
-counter (``NEW-<table>-<n>``); the reward compares created records by content, not by id.
+which the session turns into an error observation. Records a tool creates get ids ``NEW-<table>-<n>``, n one past
+both the table's size and the highest such n in the table (``new_id``): deterministic, and never the id of a record
+in the table, so a creation after a delete cannot overwrite an earlier record; the reward compares created records
+by content, not by id.
 """
 
 from __future__ import annotations
@@ -58,8 +60,20 @@ def _get(state: State, table: str, rid: str) -> dict[str, Any]:
     return record
 
 
+def new_id(records: dict[str, Any], table: str) -> str:
+    """The id of the next record created in ``records`` (the table ``table``): ``NEW-<table>-<n>`` with n past the
+    table's size (the numbering before 1.2, unchanged while nothing was deleted) and past every n already there."""
+    prefix = f"NEW-{table}-"
+    numbers = (rid[len(prefix):] for rid in records if rid.startswith(prefix))
+    taken = max((int(n) for n in numbers if n.isascii() and n.isdigit() and len(n) < 10), default=0)
+    n = max(len(records), taken) + 1
+    while f"{prefix}{n}" in records:  # a crafted state's longer numbers: at most one step per record
+        n += 1
+    return f"{prefix}{n}"
+
+
 def _new(state: State, table: str, record: dict[str, Any]) -> dict[str, Any]:
-    rid = f"NEW-{table}-{len(state[table]) + 1}"
+    rid = new_id(state[table], table)
     state[table][rid] = record
     return {"id": rid, **record}
 
