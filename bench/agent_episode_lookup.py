@@ -1,12 +1,13 @@
 """Bench: issue 15's third workload, a lone workplace agent episode of 5 steps, on the transformers backend: the old
 path (``--no-prefix-cache``: every step's prompt prefilled whole) against the new one (the episode's KV cache kept
-from step to step) and against prompt lookup decoding (``HFChatModel.lookup = K``, what ``flywheel serve
---prompt-lookup K`` sets: drafts copied from the context, checked in one forward pass; such a request takes the plain
-path, so the rows labelled ``new+lookupK`` do not use the kept cache). As ``rollout_speed.py`` and
-``agent_episode_vllm.py``: each step the model generates its reply (timed, greedy, up to 64 tokens), then the
-episode takes the task's reference call (teacher-forced, so every episode has 5 steps) and the real session's
-observation. Mean seconds of generation per episode over E tasks, and how many steps' texts differ from the old
-path's.
+from step to step), against transformers' own prompt lookup decoding (``old+lookupK``: ``generate(
+prompt_lookup_num_tokens=K)``, which cannot start from a cache) and against prompt lookup from the kept cache
+(``new+lookupK``: ``tasks/inference/lookup.py``, what ``flywheel serve --prompt-lookup K`` runs). As
+``rollout_speed.py`` and ``agent_episode_vllm.py``: each step the model generates its reply (timed, greedy, up to 64
+tokens), then the episode takes the task's reference call (teacher-forced, so every episode has 5 steps) and the
+real session's observation. The paths take turns episode by episode (one model in memory, a store per path), so
+load on the machine falls on all of them alike. Mean seconds of generation per episode over E tasks, and how many
+steps' texts differ from the old path's.
 
 Run: .venv/bin/python bench/agent_episode_lookup.py WORKPLACE_DATASET [E] [K,K...]
 (writes bench/agent_episode_lookup_result.json)
@@ -47,34 +48,36 @@ class Recorded:
         return PolicyReply(json.dumps({"tool": call.tool, "args": call.args}))
 
 
-def episodes(model: HFChatModel, tasks: list) -> tuple[float, list[list[str]]]:
-    model.store = PrefixStore()  # every path starts cold
-    times, texts = [], []
-    for task in tasks:
-        policy = Recorded(model, task)
-        assert run_episode(policy, LocalEnv(), task, max_steps=5).steps == 5
-        times.append(policy.gen_s)
-        texts.append(policy.texts)
-    return round(sum(times) / len(times), 2), texts
+def episode(model: HFChatModel, task) -> tuple[float, list[str]]:
+    policy = Recorded(model, task)
+    assert run_episode(policy, LocalEnv(), task, max_steps=5).steps == 5
+    return policy.gen_s, policy.texts
 
 
 def main() -> None:
     dataset = sys.argv[1]
     e = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    drafts = [int(k) for k in sys.argv[3].split(",")] if len(sys.argv) > 3 else [10]
+    drafts = [int(k) for k in sys.argv[3].split(",")] if len(sys.argv) > 3 else [4]
     tasks = heldout(dataset, e)
-    paths = [("old", False, 0), ("new", True, 0)] + [(f"new+lookup{k}", True, k) for k in drafts]
-    results, old_texts = {}, None
-    for label, reuse, k in paths:
-        model = HFChatModel(None, prefix_cache=reuse)
-        model.lookup = k
-        model.generate([[{"role": "user", "content": "hi"}]], 0, 0.0, 1.0, 4)  # warm-up
-        seconds, texts = episodes(model, tasks)
-        old_texts = old_texts or texts
-        differ = sum(a != b for x, y in zip(texts, old_texts) for a, b in zip(x, y))
-        results[label] = {"episode_generation_s": seconds, "steps_whose_text_differs_from_old": differ,
-                          "steps": sum(len(x) for x in texts)}
-        print(label, results[label], flush=True)
+    paths = [("old", False, 0), ("new", True, 0)] + [(f"{'new' if reuse else 'old'}+lookup{k}", reuse, k)
+                                                     for k in drafts for reuse in (False, True)]
+    model = HFChatModel(None)
+    model.generate([[{"role": "user", "content": "hi"}]], 0, 0.0, 1.0, 4)  # warm-up
+    stores = {label: PrefixStore() for label, _, _ in paths}  # every path starts cold
+    times: dict[str, list[float]] = {label: [] for label, _, _ in paths}
+    texts: dict[str, list[list[str]]] = {label: [] for label, _, _ in paths}
+    for task in tasks:
+        for label, reuse, k in paths:
+            model.prefix_cache, model.lookup, model.store = reuse, k, stores[label]
+            seconds, steps = episode(model, task)
+            times[label].append(seconds)
+            texts[label].append(steps)
+            print(label, task.id, round(seconds, 2), flush=True)
+    results = {}
+    for label, _, _ in paths:
+        differ = sum(a != b for x, y in zip(texts[label], texts["old"]) for a, b in zip(x, y))
+        results[label] = {"episode_generation_s": round(sum(times[label]) / len(tasks), 2),
+                          "steps_whose_text_differs_from_old": differ, "steps": sum(len(x) for x in texts[label])}
     base = results["old"]["episode_generation_s"]
     for r in results.values():
         r["speedup"] = round(base / r["episode_generation_s"], 2)

@@ -14,11 +14,12 @@ path, kept for comparison). CUDA and bf16 when a GPU is present.
 
 ``prompt_lookup=K`` (``flywheel serve --prompt-lookup K``; 0, off, everywhere
 else) decodes a lone greedy request (an agent served one turn at a time) with
-transformers' prompt lookup: drafts of up to K tokens copied from the context,
-where replies repeat tool names and arguments, each checked in one forward
-pass. Its first pass reads the whole prompt (assisted decoding cannot start
-from a stored prefix), so such a request takes the plain path. Sampled and
-batched requests decode as without it.
+prompt lookup: drafts of up to K tokens copied from the context, where replies
+repeat tool names and arguments, each checked in one forward pass. With the
+prefix cache it starts from the conversation's stored cache (``lookup.py``);
+without it, or for a checkpoint whose generation config changes greedy choices,
+transformers' own assisted decoding reads the whole prompt. Sampled and batched
+requests decode as without it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flywheel.tasks.inference.lookup import lookup_decode, plain_greedy
 from flywheel.tasks.inference.protocol import context_error
 
 MAX_LOOKUP = 64
@@ -122,15 +124,23 @@ class HFChatModel:
             options |= {"stop_strings": list(stop), "tokenizer": self.tokenizer}
         if sample:
             options |= {"temperature": temperature, "top_p": top_p}
-        lookup = not sample and self.lookup > 0 and len(prompts) == 1  # transformers' assisted decoding: batch 1
-        if lookup:  # its first pass reads the whole prompt, so it cannot start from a stored prefix's cache
+        lookup = not sample and self.lookup > 0 and len(prompts) == 1  # prompt lookup drafts a lone greedy request
+        stops = {self.tokenizer.eos_token_id, *self._eos_ids()}
+        if lookup and self.prefix_cache and plain_greedy(self.model):
+            from transformers import StopStringCriteria
+
+            with self.lock, self.torch.no_grad():
+                self.store.check(self.identity())
+                criteria = StopStringCriteria(self.tokenizer, list(stop)) if stop else None
+                return [lookup_decode(self.model, self.store, prompts[0], self.lookup, max_new_tokens, stops,
+                                      self.tokenizer.pad_token_id, criteria)]
+        if lookup:  # transformers' assisted decoding: its first pass reads the whole prompt, never a stored cache
             options["prompt_lookup_num_tokens"] = self.lookup
         with self.lock, self.torch.no_grad():
             if self.prefix_cache and not lookup:
                 ids, width = self._generate_reusing(prompts, seed, options)
             else:
                 ids, width = self._generate_plain(prompts, seed, options)
-        stops = {self.tokenizer.eos_token_id, *self._eos_ids()}
         out = []
         for row in ids[:, width:].tolist():
             end = next((i + 1 for i, x in enumerate(row) if x in stops), len(row))

@@ -218,34 +218,50 @@ def test_a_bad_prompt_lookup_is_one_clear_error_before_the_model_loads() -> None
 
 
 @pytest.mark.slow
-def test_prompt_lookup_drafts_a_lone_greedy_turn_and_leaves_batches_and_samples_alone(model) -> None:
+def test_prompt_lookup_drafts_a_lone_greedy_turn_from_the_kept_cache_and_leaves_batches_and_samples_alone(model):
     """An agent's turns one at a time (as `flywheel serve --prompt-lookup` gets them): fewer forward passes for
-    the same tokens, the texts of plain greedy decoding; a batch and a sampled request decode as without lookup.
-    (Transformers' assisted decoding started from a stored prefix's cache fed the prompt twice: garbage from the
-    first token. Such a request now takes the plain path.)"""
+    the same tokens, the texts of plain greedy decoding, and the second turn prefills only what the first did not
+    hold (transformers' own assisted decoding re-reads the whole prompt, and fed from a stored cache it read the
+    prompt twice: garbage from the first token); a stop string and the token cap end it where plain decoding ends;
+    a batch, a sampled request and a checkpoint whose generation config changes greedy choices decode as without."""
     calls: list[int] = []
     hook = model.model.register_forward_hook(lambda *_: calls.append(1))
 
-    def turns(lookup: int) -> tuple[list[str], int, int]:
+    both = _tasks("workplace", 1) + _tasks("tool_call", 1)
+
+    def turns(lookup: int, stop: tuple[str, ...] = (), cap: int = 32, tasks: list[Task] = both
+              ) -> tuple[list[str], int, int, list[float]]:
         model.prefix_cache, model.store, model.lookup = True, PrefixStore(), lookup
-        texts, tokens, calls[:] = [], 0, []
-        for task in _tasks("workplace", 1) + _tasks("tool_call", 1):
+        texts, tokens, calls[:], prefilled = [], 0, [], []
+        for task in tasks:
             chat = as_text_chat([m.model_dump(exclude_none=True) for m in task.messages], openai_tools(task), True)
-            first = model.generate([chat], 0, 0.0, 1.0, 48)[0]
+            first = model.generate([chat], 0, 0.0, 1.0, cap, stop=stop)[0]
             call = task.reference.calls[0]
             turn2 = chat + [{"role": "assistant", "content": json.dumps({"tool": call.tool, "args": call.args})},
                             {"role": "user", "content": json.dumps({"result": call.args})}]
-            second = model.generate([turn2], 0, 0.0, 1.0, 48)[0]
+            before = model.store.prefilled_tokens
+            second = model.generate([turn2], 0, 0.0, 1.0, cap, stop=stop)[0]
+            prefilled.append((model.store.prefilled_tokens - before) / len(model.encode([turn2])[0]))
             texts += [first.text, second.text]
             tokens += first.completion_tokens + second.completion_tokens
-        return texts, tokens, len(calls)
+        return texts, tokens, len(calls), prefilled
 
     try:
-        on, on_tokens, on_calls = turns(10)
-        off, off_tokens, off_calls = turns(0)
+        on, on_tokens, on_calls, on_prefilled = turns(10)
+        off, off_tokens, off_calls, off_prefilled = turns(0)
         assert on == off and on_tokens == off_tokens
         assert off_calls > off_tokens  # one pass per token at least, plus the prefills
         assert on_calls < on_tokens, (on_calls, on_tokens)  # fewer passes than tokens: drafts were accepted
+        assert on_prefilled == off_prefilled and 0 < max(on_prefilled) < 0.5  # turn 2 extends turn 1's cache
+        for stop, cap in (((" ", "\""), 16), ((), 7)):  # the token that completes a stop string; the cap
+            cut = turns(4, stop, cap, both[:1])
+            assert cut[:2] == turns(0, stop, cap, both[:1])[:2] and cut[0] != on[:2]
+        config, plain = model.model.generation_config, turns(0, cap=16, tasks=both[:1])[:2]
+        config.repetition_penalty = 1.3  # changes greedy choices: transformers' own lookup, as without
+        try:
+            assert turns(4, cap=16, tasks=both[:1])[:2] == turns(0, cap=16, tasks=both[:1])[:2] != plain
+        finally:
+            config.repetition_penalty = 1.0
         requests = _requests(_tasks("tool_call", 3))
         for batches in ([requests], [requests, requests[:1]]):  # greedy in a batch; sampled in a batch and alone
             sampling = Sampling(0.0, 1.0, 16) if len(batches) == 1 else Sampling(0.9, 0.95, 16)
