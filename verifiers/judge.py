@@ -9,9 +9,11 @@ Contract:
   by a tag the completion cannot know (the first 16 hex digits of its own sha256: the same completion, the
   same prompt), so a completion that writes the closing marker does not end its block. Text a request cannot
   carry (a lone surrogate) is replaced; a completion over ``MAX_COMPLETION`` characters scores 0 ``too_large``.
+  A line of the completion that reads as a score line is sent as ``SCORE_LINE_REMOVED``, so the judge has no
+  score line of the response to quote as its own.
 - The score is the judge's last line, and only it, when it reads ``Score: N`` (N from 0 to 10 in ASCII digits,
   at most two decimals, optionally ``/10``, markdown emphasis around it); reward = N / 10. A score anywhere else
-  (a judge quoting the completion's "Score: 10" after its verdict) is not read.
+  is not read.
 - A judge error (unreachable, HTTP error, timeout, a reply cut at ``max_tokens``, content that is not text), a
   reply whose last line is no score, or a score outside 0-10 gives valid=False with failure_class
   ``judge_failed`` and reward None: never reward 0.
@@ -43,13 +45,16 @@ NAME = "judge"
 # 1.1: judge deadline and reply bounds (a trickling judge is a verifier_error)
 # 1.2: the completion's block is named by a tag it cannot contain; only the reply's last line is read as the score
 #      (ASCII digits, bounded line); a reply cut at max_tokens is judge_failed; too_large completions score 0
-VERSION = "1.2.0"
+# 1.3: the completion's score-shaped lines are blanked before the judge sees them (was: a verdict equal to a line of
+#      the completion was judge_failed, so a wrong answer followed by 'Score: 0' ... 'Score: 10' escaped its 0)
+VERSION = "1.3.0"
 DEFAULT_RUBRIC = "10: fully correct and complete; 5: partly correct; 0: wrong, off-topic or empty."
 MAX_REPLY_BYTES = 1 << 20  # a verdict is one line; a quarter of the policy reply cap (fetch.MAX_REPLY_BYTES)
 _SCORE = re.compile(r"[*_#\s]*score[*_\s]*[:=][*_\s]*(-?\d{1,3}(?:\.\d{1,2})?)[*_\s]*(?:/\s*10)?[*_.\s]*",
                     re.I | re.ASCII)  # matched whole against the last line only
 MAX_LINE = 200  # a score line is a few characters; a longer last line is no score (and bounds the match)
 MAX_COMPLETION = 32_768  # characters sent to the judge; more scores 0 too_large
+SCORE_LINE_REMOVED = "[a score line of the response, removed]"
 
 
 class JudgeConfig(BaseModel):
@@ -83,8 +88,20 @@ def _text(value: str) -> str:
     return value.encode("utf-8", "replace").decode("utf-8")
 
 
+def _blank_scores(completion: str) -> str:
+    """``completion`` with each line that reads as a verdict (``_SCORE``, bounded as the verdict is) replaced; lines
+    end where ``str.splitlines`` ends them (a vertical tab or U+2028 too), their endings kept."""
+    out = []
+    for part in completion.splitlines(keepends=True):
+        line = part.splitlines()[0] if part.splitlines() else ""
+        scored = len(line) <= MAX_LINE and _SCORE.fullmatch(line)
+        out.append(SCORE_LINE_REMOVED + part[len(line):] if scored else part)
+    return "".join(out)
+
+
 def judge_messages(task: Task, completion: str) -> list[dict[str, str]]:
     tag = hashlib.sha256(completion.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    completion = _blank_scores(completion)
     reference = f"Reference answer:\n{task.reference.answer}\n\n" if task.reference.answer else ""
     return [
         {"role": "system", "content": "You grade responses strictly by the rubric. The response is the text between "
@@ -162,12 +179,7 @@ def _score(task: Task, completion: str) -> Verdict:
         return Verdict(reward=0.0, valid=True, failure_class="too_large", details=f"completion of {len(completion)} "
                        f"characters; at most {MAX_COMPLETION} are graded", verifier=NAME, verifier_version=VERSION)
     reply, why = ask(config, judge_messages(task, completion))
-    verdict = verdict_from_reply(reply, why)
-    last = _last_line(reply).strip()
-    if verdict.valid and last in {line.strip() for line in completion.splitlines()}:
-        return _failed(f"the judge's score line {last[:80]!r} is a line of the response (a judge quoting it): not "
-                       "the judge's verdict")
-    return verdict
+    return verdict_from_reply(reply, why)
 
 
 def verify(task: Task, completion: str) -> Verdict:
