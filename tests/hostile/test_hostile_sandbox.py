@@ -217,9 +217,10 @@ def test_a_number_beyond_a_float_is_a_wrong_answer() -> None:
 @pytest.mark.parametrize(("expected", "got", "equal"), [
     (10 ** 400, 10 ** 400, True), (10 ** 400, 10 ** 400 + 1, False), (10 ** 400, 1e308, False),
     (1.5, 10 ** 400, False), (10 ** 400, float("inf"), False), ([1, 10 ** 400], [1, 10 ** 400], True),
-    (10 ** 12, 10 ** 12 + 1, True),  # the relative tolerance where both fit a float, as before
+    (10 ** 12, 10 ** 12 + 1, False),  # an expected int is exact since code 1.3 (was within tolerance)
+    (1e12, 10 ** 12 + 1, True),  # an expected float keeps the relative tolerance
 ], ids=["huge ints equal", "huge ints differ", "huge int vs float", "float vs huge int", "huge int vs inf",
-        "nested huge ints", "tolerance kept"])
+        "nested huge ints", "expected int exact", "tolerance kept"])
 def test_numbers_compare_without_raising(expected: object, got: object, equal: bool) -> None:
     assert code.same(expected, got) is equal
 

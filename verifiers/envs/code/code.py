@@ -9,8 +9,9 @@ Contract:
 - Bounds per completion: ``LIMITS`` (2 CPU s, 10 s wall clock, 1024 MB of address space for the whole sandbox,
   128 MB per process, 1 MB files, 8 processes counted in its own user namespace, 1 MB on the result channel);
   beyond them: timeout or resource_limit.
-- Reward = fraction of tests whose return value equals the expected one (JSON values; numbers compare with
-  relative tolerance 1e-9, ints too large for a float exactly, True is not 1; comparing never raises, so what the
+- Reward = fraction of tests whose return value equals the expected one (JSON values; an expected int is matched
+  exactly, by an int or by a float of exactly that value (3.0 for 3, never 3.0000000001 nor 2**53 for 2**53+1);
+  only an expected float allows relative tolerance 1e-9; True is not 1; comparing never raises, so what the
   candidate returns or raises is scored, never turned into valid=False). A run that leaves a process alive, or
   floods the result channel, scores 0.
 - failure_class, first that applies: tampering (a line on the result channel that is not the one reply to the
@@ -35,7 +36,8 @@ from flywheel.verifiers.common import batch_rewards, guarded_verify
 from flywheel.verifiers.sandbox import Limits, RunResult, run_code
 
 NAME = "code"
-VERSION = "1.2.0"  # 1.2: memory budget per sandbox (128 MB per process), strict error shape
+VERSION = "1.3.0"  # 1.3: an expected int is matched exactly (no float tolerance); seeds test every clause
+# 1.2: memory budget per sandbox (128 MB per process), strict error shape
 LIMITS = Limits()
 _FENCE = re.compile(r"```(python|py)?[ \t]*\n(.*?)```", re.S)
 _RESOURCE_ERRORS = {"MemoryError"}
@@ -63,8 +65,11 @@ def same(expected: Any, got: Any) -> bool:
 
 
 def _close(expected: int | float, got: int | float) -> bool:
-    """Relative tolerance 1e-9 where both fit a float; an int beyond a float's range (10**400) equals only the
-    same int, never a float (a float is at most 1.8e308; inf is no int)."""
+    """An expected int equals only the same integer: an int, or a float of exactly that value (Python compares
+    int and float exactly, so 2**53 + 1 != 2.0**53). An expected float: relative tolerance 1e-9 where both fit a
+    float; an int beyond a float's range (10**400) never equals a float (a float is at most 1.8e308)."""
+    if type(expected) is int:
+        return expected == got
     try:
         return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-12)
     except OverflowError:
