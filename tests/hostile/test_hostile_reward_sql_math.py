@@ -39,6 +39,26 @@ LEGIT = {
 }
 
 
+# "look the id up by name, then filter on it" and LEFT JOIN forms, by seed: (query, table and column of the name
+# the question gives, or None). They must score 1.0 on every variant where they are correct on the shown tables;
+# a variant whose shown tables already hold the named entity twice (two customers 'Sofia Mensah': the variant
+# generator clones rows, as before sql 1.3) is genuinely ambiguous and left out, and so is one whose shown tables
+# hold an order of a dropped customer (a variant, unlike a held-back copy, keeps such orphans: the LEFT JOIN then
+# returns a NULL country the reference does not)
+LEGIT_LOOKUP = {
+    "sales-1": [("SELECT COUNT(*) FROM orders WHERE customer_id = (SELECT id FROM customers WHERE name = "
+                 "'{customer}')", ("customers", 1)),
+                ("SELECT COUNT(o.id) FROM customers c LEFT JOIN orders o ON o.customer_id = c.id "
+                 "WHERE c.name = '{customer}'", ("customers", 1))],
+    "hr-5": [("SELECT name FROM employees WHERE manager_id = (SELECT id FROM employees WHERE name = '{boss}')",
+              ("employees", 1))],
+    "sales-6": [("SELECT c.country, SUM(o.amount) FROM orders o LEFT JOIN customers c ON o.customer_id = c.id "
+                 "GROUP BY c.country", None)],
+    "lib-6": [("SELECT b.title, l.loan_date FROM loans l LEFT JOIN books b ON b.id = l.book_id "
+               "WHERE l.member = '{member}'", None)],
+}
+
+
 @cache
 def _seeds() -> tuple:
     return tuple(load_seeds(env_paths("sql")[0], {}))
@@ -120,6 +140,85 @@ def test_legitimate_queries_keep_full_reward_on_every_held_back_copy(seed_id: st
         assert verdict.reward == 1.0, (task.id, verdict.failure_class, verdict.details)
 
 
+@pytest.mark.parametrize(("seed_id", "n"), [(k, n) for k, forms in sorted(LEGIT_LOOKUP.items())
+                                             for n in range(len(forms))])
+def test_lookups_by_name_and_left_joins_keep_full_reward_on_every_held_back_copy(seed_id: str, n: int) -> None:
+    """sql 1.3.0 as first written cloned the named customer (or boss) into a copy, so `customer_id = (SELECT id
+    FROM customers WHERE name = ...)` passed 19 of 49 sales-1 variants, and dropped customers but not their orders,
+    so a LEFT JOIN met orphans (sales-6 1 of 60, lib-6 5 of 57)."""
+    query, named = LEGIT_LOOKUP[seed_id][n]
+    checked = 0
+    for task, values in generated(seed_id):
+        state = task.reference.state or {}
+        filled = query.format(**{k: format_value(v) for k, v in values.items()})
+        conn = engine.build(state)
+        shown = engine.run_query(conn, filled, set(state))[0]
+        wanted = engine.run_query(conn, task.reference.answer or "", set(state))[0]
+        if named and sum(str(r[named[1]]).lower() in engine.string_literals(filled)
+                         for r in state[named[0]]["rows"]) > 1:
+            continue  # the shown tables name two entities alike: ambiguous before any copy
+        if not engine.same_result(shown, wanted, sql.top_level_order_by(task.reference.answer or "")):
+            continue  # wrong on the shown tables already (a variant's orphan rows)
+        checked += 1
+        verdict = sql.verify(task, f"```sql\n{filled}\n```")
+        assert verdict.reward == 1.0, (task.id, verdict.failure_class, verdict.details)
+    assert checked >= 5, checked
+
+
+def test_a_copy_never_clones_the_named_entity_and_drops_the_rows_of_a_dropped_parent() -> None:
+    seed = next(s for s in _seeds() if s.id == "sales-1")
+    state = seed_task(seed, {}).model_dump()["reference"]["state"]
+    name = state["customers"]["rows"][0][1]
+    keep = {name.lower()}
+    assert engine.protected(state, keep) == {("customers", 0)}
+    everyone = [("customers", i) for i in range(len(state["customers"]["rows"]))]
+    for attempt in range(40):
+        copy = engine.held_back(state, f"t{attempt}", keep, attempt, everyone, set())
+        assert sum(r[1] == name for r in copy["customers"]["rows"]) <= 1
+        ids = {r[0] for r in copy["customers"]["rows"]}
+        assert all(r[1] in ids for r in copy["orders"]["rows"])  # no order of a dropped customer
+    assert engine.referrers(state, "customers") == [("orders", 1)]
+
+
+@pytest.mark.parametrize("base", [20240101, 10**15])
+def test_large_ids_relabel_without_a_list_sized_by_the_largest_id(base: int) -> None:
+    """A pool of range(1, 3 * (max(id) + n)) took 2.3 GB for ids near 20240101 (valid=False past the 1 GiB bound)."""
+    state = {"customers": {"columns": [["id", "INTEGER"], ["name", "TEXT"]],
+                           "rows": [[base + i, f"C{i}"] for i in range(6)]},
+             "orders": {"columns": [["id", "INTEGER"], ["customer_id", "INTEGER"], ["amount", "REAL"]],
+                        "rows": [[i, base + i % 6, 10.0 * i] for i in range(1, 11)]}}
+    join = "SELECT c.name, o.amount FROM orders o JOIN customers c ON c.id = o.customer_id ORDER BY o.amount"
+    for n in range(5):
+        copy = engine.relabeled(state, engine._rng("big", n), {base + 1, 3})
+        got = engine.run_query(engine.build(copy), join, set(copy))[0]
+        assert got == engine.run_query(engine.build(state), join, set(state))[0]
+        assert [base + 1, "C1"] in copy["customers"]["rows"] and [3, base + 3, 30.0] not in copy["orders"]["rows"]
+        assert len({r[0] for r in copy["customers"]["rows"]} | {r[0] for r in copy["orders"]["rows"]}) == 16
+    ref = "SELECT COUNT(*) FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.name = 'C2'"
+    task = Task.model_validate({"env": "sql", "messages": [{"role": "user", "content": f"orders of C2 ({base})"}],
+                                "reference": {"answer": ref, "state": state}, "meta": {"seed_id": "probe"}})
+    assert sql.verify(task, SQL.reference_completion(task)).reward == 1.0
+    assert sql.verify(task, f"SELECT COUNT(*) FROM orders WHERE customer_id = {base + 2}").failure_class == \
+        "hardcoded_result"
+
+
+def test_the_probed_rows_are_capped_and_reach_every_table() -> None:
+    """sql 1.3.0 as first written probed the first 200 rows in table order (never an order past 200 customers),
+    rebuilding every table per probe (a correlated reference: 5.8 s CPU, past the reference's bound)."""
+    state = {"customers": {"columns": [["id", "INTEGER"], ["name", "TEXT"]],
+                           "rows": [[i, f"C{i}"] for i in range(1, 301)]},
+             "orders": {"columns": [["id", "INTEGER"], ["customer_id", "INTEGER"], ["amount", "REAL"]],
+                        "rows": [[i, 1 + i % 300, 1.0 * i] for i in range(1, 3001)]}}
+    probes = sql.probed_rows(state, "t")
+    assert len(probes) == sql.MAX_PROBED_ROWS and {t for t, _ in probes} == {"customers", "orders"}
+    assert probes == sql.probed_rows(state, "t") != sql.probed_rows(state, "u")
+    ref = "SELECT COUNT(*) FROM orders WHERE amount > 2990"
+    selected = sql.selected_rows(state, ref, [(10,)], False, "t")
+    assert selected == [p for p in probes if p[0] == "orders" and p[1] >= 2990]
+    small = {"t": {"columns": [["id", "INTEGER"], ["x", "INTEGER"]], "rows": [[1, 5], [2, 7], [3, 9]]}}
+    assert sql.selected_rows(small, "SELECT SUM(x) FROM t WHERE x > 6", [(16,)], False) == [("t", 1), ("t", 2)]
+
+
 def test_relabeled_keys_keep_every_join_and_the_ids_the_reference_writes() -> None:
     seed = next(s for s in _seeds() if s.id == "sales-1")
     task = seed_task(seed, {})
@@ -167,6 +266,7 @@ def test_math_decimals_are_the_exact_number_they_write(reference: str, answer: s
     ("12345678", r"\boxed{12345678.0}"), ("12345678", r"\boxed{1.2345678e7}"), ("1/2", r"\boxed{0.5}"),
     ("1/2", r"\boxed{50\%}"), ("-1/2", r"\boxed{-0.50}"), ("0.25", r"\boxed{\frac{1}{4}}"), ("0", r"\boxed{0.0}"),
     ("1/3", r"\boxed{0.3333333}"), ("2/3", r"\boxed{0.6666667}"), ("1/3", r"\boxed{33.33333\%}"),
+    ("1/3", r"\boxed{0.333333}"), ("1/7", r"\boxed{0.142857}"),  # six digits: exactly 1e-6 off (float 1e-6 missed it)
     ("1234567/7", r"\boxed{176366.71}"), ("1234567/7", r"\boxed{176366.7}"), ("\\pi", r"\boxed{3.14159265358979}"),
     ("\\sqrt{41}", r"\boxed{6.4031242}"), ("2", r"\boxed{\log(100)/\log(10)}"), ("x/2", r"\boxed{0.5x}"),
 ])

@@ -60,6 +60,7 @@ VERSION = "1.3.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unrea
 #                    it writes (12345670.0, 1.234568e7 and 1e-13 no longer pass for 12345678 and 0 by tolerance);
 #                    a decimal for a fraction with no finite decimal must be it rounded at its last digit
 REL_TOL = 1e-6
+REL_TOL_EXACT = sympy.Rational(1, 10**6)  # the float 1e-6 is a hair below 10**-6: 0.333333 for 1/3 missed
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
 LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("flywheel.verifiers.envs.math.math",))
 NAMES = {"sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
@@ -176,7 +177,7 @@ def _rounded(decimal: sympy.Basic, written: sympy.Rational, exact: sympy.Rationa
     if not decimal.atoms(sympy.Float) or digits is None or _decimals(exact) is not None:
         return False
     error = abs(written - exact)
-    return bool(2 * error * 10 ** digits <= 1 and error <= REL_TOL * abs(exact))
+    return bool(2 * error * 10 ** digits <= 1 and error <= REL_TOL_EXACT * abs(exact))
 
 
 def _same_number(a: sympy.Basic, b: sympy.Basic) -> bool:

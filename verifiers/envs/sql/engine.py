@@ -19,10 +19,14 @@ Contract:
 - ``perturbed(state, task_id, keep)``: a variant's tables (and the base of a held-back copy), a pure function of
   its arguments: rows shuffled, some dropped and some cloned with fresh ids, numbers and dates moved, text renamed
   (except strings in ``keep``, the reference query's literals, case-insensitively); ids, ``*_id`` and ``*year``
-  values kept. ``held_back(...)``: a held-back copy for grading: ``perturbed`` that also drops one and clones one
-  of the given rows (those the reference's result depends on), then ``relabeled``: every integer of an ``id`` or
-  ``*_id`` column mapped one-to-one to another number, the same map in every table (joins on keys keep their
-  rows; an id read off the shown rows names another entity or none), except the reference's integer literals.
+  values kept. ``held_back(...)``: a held-back copy for grading: ``perturbed`` that also drops one or clones one
+  of the given rows (those the reference's result depends on), never clones (nor drops at random) a row holding
+  a text the reference names that no other row of its column holds (the customer 'Maria Lopez': a second one
+  would make the question ambiguous), drops with a row the rows whose ``<name>_id`` refers to it (customer_id ->
+  customers: no orphans), then ``relabeled``: every integer of an ``id`` or ``*_id`` column mapped one-to-one to
+  another number of 1..3*(ids)+(fixed), the same map in every table (joins on keys keep their rows; an id read
+  off the shown rows names another entity or none), except the reference's integer literals. ``without_row``:
+  a built database less one row, restored after (probing the rows a result depends on builds nothing).
   ``same_result(a, b, ordered)`` compares result sets.
 """
 
@@ -220,6 +224,34 @@ def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[lis
             helper.close()
 
 
+class without_row:  # noqa: N801 - a context manager used like a function
+    """``with without_row(conn, table, index):`` the database of ``build`` less the table's row ``index`` (rows
+    are inserted in order: rowid index + 1), restored on exit (a savepoint rolled back), so probing each row
+    builds nothing."""
+
+    def __init__(self, conn: sqlite3.Connection, table: str, index: int, columns: list[str]) -> None:
+        self.conn, self.table, self.index = conn, table, index
+        taken = {c.lower() for c in columns}
+        self.rowid = next((a for a in ("rowid", "_rowid_", "oid") if a not in taken), None)
+
+    def __enter__(self) -> bool:
+        """Whether the row could be left out (False when the table shadows every rowid alias)."""
+        if self.rowid is None:
+            return False
+        self.conn.execute("PRAGMA query_only = OFF")
+        self.conn.execute("SAVEPOINT probe")
+        self.conn.execute(f"DELETE FROM {quote(self.table)} WHERE {self.rowid} = ?", (self.index + 1,))
+        self.conn.execute("PRAGMA query_only = ON")
+        return True
+
+    def __exit__(self, *_: Any) -> None:
+        if self.rowid is not None:
+            self.conn.execute("PRAGMA query_only = OFF")
+            self.conn.execute("ROLLBACK TO probe")
+            self.conn.execute("RELEASE probe")
+            self.conn.execute("PRAGMA query_only = ON")
+
+
 def _classify(err: sqlite3.Error, denied: list[str], steps: int) -> QueryError:
     text = str(err)
     if denied:
@@ -290,21 +322,76 @@ def _moved(cols: list[str], row: list[Any], rng: random.Random, keep: set[str], 
     return [_move(v, rng, keep, names) if moves(c, v) else v for c, v in zip(cols, row, strict=True)]
 
 
+def protected(state: dict[str, Any], keep: set[str]) -> frozenset[Row]:
+    """The rows a held-back copy never clones: those holding, in some column, a text value in ``keep`` (the
+    reference's literals, case-insensitively) that no other row of the shown table holds in that column. A clone
+    of one would make the entity the question names (the customer 'Maria Lopez', the boss) ambiguous, which no
+    query can resolve; a value many rows share (a team, a currency) names no one row and its rows stay clonable."""
+    found = set()
+    for table, spec in state.items():
+        rows = spec["rows"]
+        for c in range(len(spec["columns"])):
+            texts = [r[c].lower() if isinstance(r[c], str) else None for r in rows]
+            found |= {(table, i) for i, t in enumerate(texts) if t is not None and t in keep and texts.count(t) == 1}
+    return frozenset(found)
+
+
+def referrers(state: dict[str, Any], table: str) -> list[tuple[str, int]]:
+    """(table, column index) of every ``<name>_id`` column that refers to ``table``: ``<name>`` is the table's
+    name, or the name less a trailing 's' or 'es' (customer_id -> customers, book_id -> books), case-insensitively,
+    and ``table`` has an ``id`` column. manager_id -> employees is not guessed (no such table: nothing cascades)."""
+    if not any(str(c[0]).lower() == "id" for c in state[table]["columns"]):
+        return []
+    name = table.lower()
+    names = {name} | ({name[:-1]} if name.endswith("s") else set()) | ({name[:-2]} if name.endswith("es") else set())
+    return [(t, i) for t in sorted(state) for i, c in enumerate(state[t]["columns"])
+            if str(c[0]).lower().endswith("_id") and str(c[0]).lower()[:-3] in names]
+
+
+def _cascade(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Drop (in ``after``, in place) the rows that refer through a ``<name>_id`` column (``referrers``) to a row
+    of ``before`` that ``after`` lacks, and so on down (an order's items), until none is left: no copy holds an
+    order of a dropped customer, so a LEFT JOIN meets no orphan the shown tables do not hold."""
+    def id_col(table: str) -> int:
+        return next(i for i, c in enumerate(before[table]["columns"]) if str(c[0]).lower() == "id")
+
+    refs = {t: referrers(before, t) for t in sorted(before)}
+    gone = {t: {r[id_col(t)] for r in before[t]["rows"]} - {r[id_col(t)] for r in after[t]["rows"]}
+            for t in refs if refs[t]}
+    while any(gone.values()):
+        more: dict[str, set[Any]] = {}
+        for parent, ids in gone.items():
+            for table, col in refs[parent] if ids else ():
+                rows = after[table]["rows"]
+                after[table] = {**after[table], "rows": [r for r in rows if r[col] not in ids]}
+                if refs[table]:
+                    more.setdefault(table, set()).update(r[id_col(table)] for r in rows if r[col] in ids)
+        gone = more
+
+
 def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int = 0,
-              drop: frozenset[Row] = frozenset(), clone: tuple[Row, ...] = ()) -> dict[str, Any]:
+              drop: frozenset[Row] = frozenset(), clone: tuple[Row, ...] = (), held: bool = False) -> dict[str, Any]:
     """A variant's tables or the base of a held-back copy (see the module contract); a pure function of its
     arguments. ``drop`` rows are always dropped; ``clone`` rows always cloned (besides the random clones) with
-    their numbers and dates as they are, so such a clone still meets the reference's filters."""
+    their numbers and dates as they are, so such a clone still meets the reference's filters. ``held`` (a
+    held-back copy): the random drops and clones spare the ``protected`` rows (a copy without the customer the
+    question names answers 0, as would an id read off the shown rows), and a dropped row takes the rows that
+    refer to it with it (``_cascade``), so the copy stays as well-formed as the shown tables; a variant
+    (``held`` False) keeps the rows it made before sql 1.3, so generated tasks do not change."""
     rng = _rng("perturb", task_id, attempt)
     names: dict[str, str] = {}  # one new name per text value: joins on text stay consistent
+    guarded = protected(state, keep) if held else frozenset()
     out = {}
     for table in sorted(state):
         spec = state[table]
         cols = [str(c[0]) for c in spec["columns"]]
         rows = [list(r) for r in spec["rows"]]
-        kept = [r for i, r in enumerate(rows) if rng.random() > 0.2 and (table, i) not in drop] or \
+        kept = [r for i, r in enumerate(rows)
+                if (rng.random() > 0.2 or (table, i) in guarded) and (table, i) not in drop] or \
             [r for i, r in enumerate(rows) if (table, i) not in drop][:1]
-        clones = [list(rng.choice(rows)) for _ in range(rng.randint(1, max(1, len(rows) // 3)))] if rows else []
+        pool = [r for i, r in enumerate(rows) if (table, i) not in guarded]
+        count = rng.randint(1, max(1, len(rows) // 3)) if rows else 0
+        clones = [list(rng.choice(pool)) for _ in range(count)] if pool else []
         twins = [list(rows[i]) for t, i in clone if t == table]
         for i, col in enumerate(cols):
             if col.lower() == "id" and all(isinstance(r[i], int) for r in rows):
@@ -315,6 +402,8 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
         new += [_moved(cols, row, rng, keep, names, numbers=False) for row in twins]
         rng.shuffle(new)
         out[table] = {"columns": spec["columns"], "rows": new}
+    if held:
+        _cascade(state, out)
     return out
 
 
@@ -334,8 +423,11 @@ def relabeled(state: dict[str, Any], rng: random.Random, fixed: set[int]) -> dic
     their value, and no other takes it."""
     ids = _ids(state)
     movable = [v for v in ids if v not in fixed]
-    pool = [n for n in range(1, 3 * (max(ids, default=0) + len(ids)) + 1) if n not in fixed]
-    new = dict(zip(movable, rng.sample(pool, len(movable)), strict=True))
+    # drawn from 1..3*len(ids)+len(fixed), never a list sized by the largest id (20240101, 10**15): enough
+    # numbers that, the fixed ones left out, every movable id gets its own
+    top = 3 * len(ids) + len(fixed)
+    drawn = rng.sample(range(1, top + 1), min(top, len(movable) + len(fixed)))
+    new = dict(zip(movable, [n for n in drawn if n not in fixed][:len(movable)], strict=True))
     out = {}
     for table, spec in state.items():
         cols = [_is_id(str(c[0])) for c in spec["columns"]]
@@ -349,16 +441,20 @@ def held_back(state: dict[str, Any], task_id: str, keep: set[str], attempt: int,
               fixed: set[int]) -> dict[str, Any]:
     """Held-back copy ``attempt`` (see the module contract): one of the ``selected`` rows (when there are any)
     dropped in even attempts, cloned in odd ones (both in one copy could cancel out; attempts 2k and 2k+1 take the
-    k-th of the rows in an order drawn from the task id), then the ids relabeled; a pure function of its
-    arguments."""
+    k-th of the rows in an order drawn from the task id; a clone only among the rows that are not ``protected``,
+    none when every selected row is), then the ids relabeled; a pure function of its arguments."""
     rng = _rng("held-back", task_id, attempt)
-    if not selected:
-        return relabeled(perturbed(state, task_id, keep, attempt), rng, fixed)
     rows = sorted(selected)
     _rng("held-back", task_id).shuffle(rows)
-    row = rows[attempt // 2 % len(rows)]
-    drop, twin = (frozenset({row}), ()) if attempt % 2 == 0 else (frozenset(), (row,))
-    return relabeled(perturbed(state, task_id, keep, attempt, drop, twin), rng, fixed)
+    guarded = protected(state, keep)
+    clonable = [r for r in rows if r not in guarded]
+    drop: frozenset[Row] = frozenset()
+    twin: tuple[Row, ...] = ()
+    if rows and attempt % 2 == 0:
+        drop = frozenset({rows[attempt // 2 % len(rows)]})
+    elif clonable and attempt % 2 == 1:
+        twin = (clonable[attempt // 2 % len(clonable)],)
+    return relabeled(perturbed(state, task_id, keep, attempt, drop, twin, held=True), rng, fixed)
 
 
 def _same_value(a: Any, b: Any) -> bool:

@@ -21,11 +21,12 @@ Contract:
   "orders of Maria Lopez") or a memorised id list. The prompt shows only some rows, so the task is to write the
   query, not to recite its result.
 - The reference is checked before any completion is (``reference_results``, its own bounded call, remembered per
-  task): it must run within the bound (on the tables, on each table less one of its rows, which finds the rows its
-  result depends on, and on each copy), return a row with a non-NULL value, and have a held-back copy whose
-  result differs. Otherwise the task cannot be scored: valid=False ``verifier_error`` (a crafted task through
-  ``flywheel score``), and generation rejects it (``reference_problem``). Its cost is never charged to a
-  completion.
+  task): it must run within the bound (on the tables, on the tables less one row for each of at most
+  ``MAX_PROBED_ROWS`` rows drawn from every table by the task id, which finds the rows its result depends on, one
+  database with the row deleted and restored in turn, and on each copy), return a row with a non-NULL value, and
+  have a held-back copy whose result differs. Otherwise the task cannot be scored: valid=False
+  ``verifier_error`` (a crafted task through ``flywheel score``), and generation rejects it
+  (``reference_problem``). Its cost is never charged to a completion.
 - The candidate's check runs in a bounded worker (``verifiers.bounds``: ``LIMITS``); crossing its CPU or wall bound
   is ``timeout``, its memory bound ``too_large``. A broken verifier is valid=False ``verifier_error``. A completion
   over ``MAX_COMPLETION`` characters is ``too_large`` before any pattern runs on it.
@@ -50,12 +51,15 @@ NAME = "sql"
 #      syntax_error (was verifier_error); a write SQLite refuses itself is unsafe
 # 1.3: graded on every held-back copy (not only the first that changes the reference's result); the copies
 #      relabel id and *_id values one-to-one and drop and clone a row the reference's result depends on, so a
-#      hard-coded id (customer_id = 1) or a memorised id list no longer passes
+#      hard-coded id (customer_id = 1) or a memorised id list no longer passes; a copy never clones (nor drops at
+#      random) the row of an entity the question names, and a dropped row takes the rows that refer to it
+#      (customer_id -> customers), so a lookup by name or a LEFT JOIN keeps passing; ids relabeled within
+#      1..3*len(ids) (large ids no longer blow memory); at most 40 rows probed, on one database
 VERSION = "1.3.0"
 MAX_CHARS = engine.MAX_SQL
 MAX_COMPLETION = 4 * MAX_CHARS  # a query plus the prose around its block
 PERTURB_ATTEMPTS = 4
-MAX_PROBED_ROWS = 200  # rows tried one by one for the reference's dependence on them
+MAX_PROBED_ROWS = 40  # rows tried one by one for the reference's dependence on them (probed_rows)
 LIMITS = bounds.Limits(cpu_s=4, wall_s=12.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.sql.engine",))
 _FENCE = re.compile(r"```[ \t]*(?:(?:sql|sqlite)[ \t]*)?\n(.*?)```", re.S | re.I)  # no two adjacent [ \t]*
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|\[[^\]]*\]|--[^\n]*|/\*.*?(?:\*/|$)|[();]|\w+|\S",
@@ -143,17 +147,41 @@ Copies = list[tuple[dict[str, Any], list[Any]]]  # (held-back tables, the refere
 Reference = tuple[list[Any], Copies]
 
 
-def selected_rows(state: dict[str, Any], reference: str, visible: list[Any], ordered: bool) -> list[engine.Row]:
-    """The rows without which the reference's result changes (the first ``MAX_PROBED_ROWS``): those a held-back
-    copy drops or clones for sure."""
+def probed_rows(state: dict[str, Any], task_id: str) -> list[engine.Row]:
+    """The rows ``selected_rows`` tries: every row of tables up to ``MAX_PROBED_ROWS`` rows in all, else that many
+    taken from the tables in turn, each table's rows in an order drawn from the task id (so a big first table
+    never hides the others)."""
+    orders = []
+    for table in sorted(state):
+        rows = list(range(len(state[table]["rows"])))
+        engine._rng("probe", task_id, table).shuffle(rows)
+        orders.append([(table, i) for i in rows])
+    picked: list[engine.Row] = []
+    for k in range(max((len(o) for o in orders), default=0)):
+        picked += [o[k] for o in orders if k < len(o)]
+    return sorted(picked[:MAX_PROBED_ROWS])
+
+
+def selected_rows(state: dict[str, Any], reference: str, visible: list[Any], ordered: bool,
+                  task_id: str = "") -> list[engine.Row]:
+    """The rows (of ``probed_rows``) without which the reference's result changes: those a held-back copy drops
+    or clones for sure. One database, each row deleted and restored in turn (``engine.without_row``)."""
     tables, found = set(state), []
-    probes = [(t, i) for t in sorted(state) for i in range(len(state[t]["rows"]))][:MAX_PROBED_ROWS]
-    for table, i in probes:
-        rows = state[table]["rows"]
-        less = {**state, table: {**state[table], "rows": rows[:i] + rows[i + 1:]}}
-        status, value = _outcome(less, reference, tables)
-        if status != "ok" or not engine.same_result(value[0], visible, ordered):
-            found.append((table, i))
+    conn = engine.build(state)
+    try:
+        for table, i in probed_rows(state, task_id):
+            columns = [str(c[0]) for c in state[table]["columns"]]
+            with engine.without_row(conn, table, i, columns) as probing:
+                if not probing:
+                    continue
+                try:
+                    rows = engine.run_query(conn, one_statement(reference), tables)[0]
+                except engine.QueryError:
+                    rows = None
+            if rows is None or not engine.same_result(rows, visible, ordered):
+                found.append((table, i))
+    finally:
+        conn.close()
     return found
 
 
@@ -171,7 +199,7 @@ def reference_results(state_json: str, task_id: str, reference: str) -> Referenc
     if not any(v is not None for row in visible for v in row):
         raise ReferenceProblem("empty_reference_result", "the reference query returns no rows (or only NULLs)")
     keep, ordered = engine.string_literals(reference), top_level_order_by(reference)
-    selected, fixed = selected_rows(state, reference, visible, ordered), engine.int_literals(reference)
+    selected, fixed = selected_rows(state, reference, visible, ordered, task_id), engine.int_literals(reference)
     copies = []
     for attempt in range(PERTURB_ATTEMPTS):
         held = engine.held_back(state, task_id, keep, attempt, selected, fixed)
