@@ -28,7 +28,9 @@ GREEDY_NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, 
                   "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
                   "sequence_bias": None, "exponential_decay_length_penalty": None, "renormalize_logits": False,
                   "forced_decoder_ids": None, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "guidance_scale": None,
-                  "watermarking_config": None, "low_memory": None}
+                  "watermarking_config": None, "low_memory": None, "num_beams": 1, "num_beam_groups": 1,
+                  "diversity_penalty": 0.0, "penalty_alpha": None, "dola_layers": None, "constraints": None,
+                  "force_words_ids": None}
 
 
 def plain_greedy(model: Any) -> bool:
@@ -41,8 +43,8 @@ def plain_greedy(model: Any) -> bool:
 def lookup_decode(model: Any, store: PrefixStore, ids: Sequence[int], draft_tokens: int, max_new_tokens: int,
                   eos: set[int], pad_id: int, stop: Any = None) -> list[int]:
     """The greedy reply to ``ids``: its new tokens, up to and including an end-of-sequence token or the token that
-    completes a stop string (``stop``: a ``StopStringCriteria``). The whole sequence's cache is stored for the
-    next turn."""
+    completes a stop string (``stop``: a ``StopStringCriteria``). The sequence's cache is stored for the next
+    turn."""
     import torch
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
@@ -50,40 +52,36 @@ def lookup_decode(model: Any, store: PrefixStore, ids: Sequence[int], draft_toke
     seq = torch.tensor([list(ids)], device=model.device)
     limit = len(ids) + max_new_tokens
     drafts = PromptLookupCandidateGenerator(num_output_tokens=draft_tokens, max_length=limit)
-    pending = 1  # tokens at the end of seq that are not in the cache yet
-    while seq.shape[1] < limit:
-        candidates, _ = drafts.get_candidates(seq)
-        draft = candidates[:, seq.shape[1]:]
-        start = seq.shape[1] - pending
-        feed = torch.cat([seq[:, start:], draft], dim=1)
-        out = model(input_ids=feed, past_key_values=past, use_cache=True,
-                    position_ids=torch.arange(start, start + feed.shape[1], device=model.device)[None])
-        chosen = out.logits[0, pending - 1:].argmax(-1)  # greedy's token after each fed token from the last one on
-        agree = int((chosen[:-1] == draft[0]).long().cumprod(0).sum()) if draft.shape[1] else 0
-        new = chosen[:agree + 1][None]
-        past.crop(seq.shape[1] + agree - past.get_seq_length())  # drop rejected drafts: the model's own next
-        # token is not cached either (crop(-n) drops n tokens; 0 drops none)
-        seq, pending = torch.cat([seq, new[:, :limit - seq.shape[1]]], dim=1), 1
-        if _ended(seq, len(ids), eos, stop):
-            break
-    reply = _cut(seq[0, len(ids):].tolist(), seq, len(ids), eos, stop)
-    kept = past.get_seq_length()
+    end = None
+    while end is None and seq.shape[1] < limit:
+        first = seq.shape[1]
+        seq = torch.cat([seq, _step(model, past, seq, drafts, limit)], dim=1)
+        end = _first_end(seq, first, eos, stop)
+    kept = past.get_seq_length()  # seq but its last token
     store.put(seq[0, :kept].tolist(), [(layer.keys, layer.values) for layer in past.layers])
-    return reply
+    return seq[0, len(ids):end].tolist()
 
 
-def _ended(seq: Any, start: int, eos: set[int], stop: Any) -> bool:
-    return any(x in eos for x in seq[0, start:].tolist()) or bool(stop and any(_stops_at(seq, stop, start)))
+def _step(model: Any, past: Any, seq: Any, drafts: Any, limit: int) -> Any:
+    """One pass: ``seq``'s last token and a draft (at most up to ``limit``) fed at once; returns the draft's prefix
+    that greedy decoding agrees with plus greedy's next token, and crops ``past`` to ``seq`` and that prefix."""
+    import torch
+
+    n = seq.shape[1]
+    draft = drafts.get_candidates(seq)[0][:, n:limit - 1]  # the model adds one token of its own
+    feed = torch.cat([seq[:, -1:], draft], dim=1)
+    out = model(input_ids=feed, past_key_values=past, use_cache=True,
+                position_ids=torch.arange(n - 1, n - 1 + feed.shape[1], device=model.device)[None])
+    chosen = out.logits[0].argmax(-1)  # greedy's token after each fed token
+    agree = int((chosen[:-1] == draft[0]).long().cumprod(0).sum()) if draft.shape[1] else 0
+    past.crop(n + agree - past.get_seq_length())  # crop(-k) drops the k rejected draft tokens; 0 drops none
+    return chosen[None, :agree + 1]
 
 
-def _stops_at(seq: Any, stop: Any, start: int) -> list[bool]:
-    """For each new token, whether the sequence up to it ends a stop string (the criteria's own test)."""
-    return [bool(stop(seq[:, :end], None)[0]) for end in range(start + 1, seq.shape[1] + 1)]
-
-
-def _cut(new: list[int], seq: Any, start: int, eos: set[int], stop: Any) -> list[int]:
-    """The reply up to its first end: an end-of-sequence token or the token completing a stop string."""
-    ends = [i + 1 for i, x in enumerate(new) if x in eos]
-    if stop:
-        ends += [i + 1 for i, hit in enumerate(_stops_at(seq, stop, start)) if hit]
-    return new[:min(ends)] if ends else new
+def _first_end(seq: Any, first: int, eos: set[int], stop: Any) -> int | None:
+    """The length of ``seq`` up to its first end among the tokens from ``first`` on (an end-of-sequence token, or
+    the token that completes a stop string by the criteria's own test), or None. Each token is tested once."""
+    for i in range(first, seq.shape[1]):
+        if int(seq[0, i]) in eos or (stop is not None and bool(stop(seq[:, :i + 1], None)[0])):
+            return i + 1
+    return None

@@ -242,6 +242,7 @@ def test_prompt_lookup_drafts_a_lone_greedy_turn_from_the_kept_cache_and_leaves_
             before = model.store.prefilled_tokens
             second = model.generate([turn2], 0, 0.0, 1.0, cap, stop=stop)[0]
             prefilled.append((model.store.prefilled_tokens - before) / len(model.encode([turn2])[0]))
+            assert all(len(key) == kv[0][0].shape[2] for key, kv in model.store.entries.items())  # key = cache
             texts += [first.text, second.text]
             tokens += first.completion_tokens + second.completion_tokens
         return texts, tokens, len(calls), prefilled
