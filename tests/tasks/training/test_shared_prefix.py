@@ -36,6 +36,14 @@ def _tasks(dataset: str, n: int) -> list[Task]:
     return [Task.model_validate_json(t) for t in pl.read_parquet(Path(dataset) / "train.parquet")["task"][:n]]
 
 
+def _two_domains(dataset: str) -> list[Task]:
+    """The first train task and the first after it whose tools come from another domain (another catalog in the
+    prompt), whatever order generation left them in."""
+    tasks = _tasks(dataset, 200)
+    domain = lambda t: {tool.name.split(".")[0] for tool in t.tools}  # noqa: E731
+    return [tasks[0], next(t for t in tasks[1:] if domain(t) != domain(tasks[0]))]
+
+
 def _grpo_batch(tokenizer, tasks: list[Task], copies: int):
     """TRL's layout: prompts left-padded, completions (the reference answer cut at varying lengths, then EOS)
     right-padded, as shuffled groups of ``copies`` completions per prompt."""
@@ -74,7 +82,7 @@ def test_grpo_log_probs_entropies_and_gradients_match_the_padded_pass(policy, to
     from flywheel.tasks.training.shared_prefix import grpo_logps, parts
 
     model, tokenizer = policy
-    ids, mask, keep = _grpo_batch(tokenizer, _tasks(tool_dataset, 2), copies=4)
+    ids, mask, keep = _grpo_batch(tokenizer, _two_domains(tool_dataset), copies=4)
     completion = mask[:, -keep:].float()
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-keep] = -100
@@ -145,7 +153,7 @@ def test_what_cannot_be_shared_exactly_falls_back(policy, tool_dataset) -> None:
     from flywheel.tasks.training.shared_prefix import MIN_SHARED, grpo_logps, parts, rotary
 
     model, tokenizer = policy
-    ids, mask, keep = _grpo_batch(tokenizer, _tasks(tool_dataset, 2), copies=1)
+    ids, mask, keep = _grpo_batch(tokenizer, _two_domains(tool_dataset), copies=1)
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-keep] = -100
     assert rotary(model) and not rotary(GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50)))
