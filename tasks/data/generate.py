@@ -35,11 +35,11 @@ def row_seed(run_seed: int, seed_id: str, variant: int) -> int:
 
 
 def sample_values(seed: SeedTask, rng: random.Random) -> dict[str, Any]:
-    """Slot values in sorted slot order; slots of the same kind get distinct values."""
+    """Slot values in sorted slot order; slots of the same kind get distinct values (lists too: code test inputs)."""
     values: dict[str, Any] = {}
     for slot in sorted(seed.slots):
         kind = seed.slots[slot]
-        taken = {v for s, v in values.items() if seed.slots[s] == kind}
+        taken = [v for s, v in values.items() if seed.slots[s] == kind]
         value = sample(kind, rng)
         for _ in range(50):
             if value not in taken:

@@ -51,16 +51,18 @@ def _kept(value: str, text: str) -> bool:
 
 
 def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | None:
-    """None when ``text`` keeps every slot value, each as a whole (``_kept``), and as many negations as the request
-    (an LLM told to keep the values can still turn the request around: "not returned" -> "returned"; "without" ->
-    "do not" keeps the count); else the reject reason detail."""
+    """None when ``text`` keeps every slot value the request shows, each as a whole (``_kept``; a value not in the
+    request at all is a hidden slot, such as workplace record ids and code test inputs, with nothing to keep), and
+    as many negations as the request (an LLM told to keep the values can still turn the request around: "not
+    returned" -> "returned"; "without" -> "do not" keeps the count); else the reject reason detail."""
     cleaned = text.strip()
     if not cleaned:
         return "empty paraphrase"
     if len(cleaned) > 3 * len(original) + 40:
         return "paraphrase far longer than the request"
-    lost = [f"{slot}={format_value(v)!r}" for slot, v in values.items()
-            if not _kept(_fold(format_value(v)), _fold(cleaned))]
+    folded = {slot: _fold(format_value(v)) for slot, v in values.items()}
+    lost = [f"{slot}={format_value(values[slot])!r}" for slot, v in folded.items()
+            if v in _fold(original) and not _kept(v, _fold(cleaned))]  # '8' in '8x' is shown, and never kept
     if lost:
         return f"lost or changed {', '.join(lost)}"
     said, says = (sum(w in NEGATIONS for w in _words(t)) for t in (original, cleaned))

@@ -39,6 +39,8 @@ BODIES = ("please review the attached numbers before Friday", "thanks for the qu
           "here are the notes from today's call", "please confirm you can join")
 SUMMARIES = ("discussed renewal terms", "walked through the new pricing", "agreed on a pilot",
              "asked for a security questionnaire", "requested a demo for their team", "raised a billing issue")
+WORDS = ("apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano")
+TEXT_WORDS = WORDS + ("apples", "stones", "the", "a", "and", "big", "red", "old", "level", "noon", "sky")
 EXPENSE_DESCRIPTIONS = ("taxi to the airport", "team lunch with the client", "hotel for the offsite",
                         "conference ticket", "train to the Berlin office", "printer toner")
 
@@ -61,6 +63,38 @@ def _time(rng: random.Random) -> str:
 
 def _file_path(rng: random.Random) -> str:
     return f"{rng.choice(FOLDERS)}/{rng.choice(FILE_STEMS)}_{rng.randrange(1, 99)}{rng.choice(FILE_EXTS)}"
+
+
+def _word(rng: random.Random) -> str:
+    word = rng.choice(TEXT_WORDS)
+    case = rng.random()
+    word = word.upper() if case < 0.15 else word.capitalize() if case < 0.4 else word
+    return word + rng.choice(("", "", "", ",", ".", "!"))
+
+
+def _text(rng: random.Random, n: int) -> str:
+    """Letters, a little punctuation after words, mostly single spaces: no hyphens, digits or apostrophes, where
+    the code seeds' specs would read two ways."""
+    text = ""
+    for i in range(n):
+        text += (rng.choice((" ", " ", " ", "  ", "\t", "\n")) if i else "") + _word(rng)
+    return text
+
+
+def _maybe_palindrome(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return _text(rng, rng.randrange(1, 5))
+    half = _text(rng, rng.randrange(1, 3))
+    mirrored = half + rng.choice(("", "x", " ")) + half[::-1]
+    return "".join(c.upper() if rng.random() < 0.3 else c.lower() for c in mirrored)
+
+
+def _intervals(rng: random.Random) -> list[list[int]]:
+    out = []
+    for _ in range(rng.randrange(0, 6)):
+        start = rng.randrange(0, 20)
+        out.append([start, start + rng.randrange(0, 6)])
+    return out
 
 
 def _ident(prefix: str, digits: int) -> Callable[[random.Random], str]:
@@ -136,8 +170,23 @@ SAMPLERS: dict[str, Callable[[random.Random], Any]] = {
                                          "apply")),
     "divisor": lambda rng: rng.randrange(2, 10),
     "offset": lambda rng: rng.randrange(1, 20),
-    "word": lambda rng: rng.choice(("apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano")),
+    "word": lambda rng: rng.choice(WORDS),
     "sep": lambda rng: rng.choice((",", ";", "|", "-", "/")),
+    # code: hidden test inputs (each variant's own, so a memorised table of train's tests fails held-out)
+    "int_list": lambda rng: [rng.randrange(-50, 100) for _ in range(rng.randrange(0, 9))],
+    "dup_int_list": lambda rng: [rng.randrange(0, 6) for _ in range(rng.randrange(0, 9))],
+    "sorted_ints": lambda rng: sorted(rng.sample(range(13), rng.randrange(3, 13))),
+    "search_target": lambda rng: rng.randrange(0, 13),
+    "nat": lambda rng: rng.randrange(0, 400),
+    "pos_int": lambda rng: rng.randrange(1, 10000),
+    "nonneg_int": lambda rng: rng.randrange(0, 500),
+    "signed_int": lambda rng: rng.randrange(-99999, 100000),
+    "text": lambda rng: _text(rng, rng.randrange(0, 9)),
+    "maybe_palindrome": _maybe_palindrome,
+    "word_list": lambda rng: [rng.choice(TEXT_WORDS) for _ in range(rng.randrange(0, 6))],
+    "name_groups": lambda rng: {rng.choice(FIRST).lower(): rng.choice(("a", "b", "c", "1", "2"))
+                                for _ in range(rng.randrange(0, 6))},
+    "intervals": _intervals,
 }
 
 

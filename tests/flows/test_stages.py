@@ -74,6 +74,18 @@ def test_a_paraphrase_that_changes_a_value_around_the_kept_digits_or_turns_the_r
     assert check_paraphrase("Do not delete file 7", "Don't remove file 7", {"f": 7}) is None
 
 
+def test_a_hidden_slot_is_not_asked_of_a_paraphrase_and_a_shown_one_still_is() -> None:
+    """Workplace record ids and code test inputs are slots the request never shows: every paraphrase of such a
+    task was rejected for 'losing' them. A value the request shows inside a word ('8x') is still checked."""
+    values = {"title": "Budget review", "ev1": "EVT-4821", "x1": [44, 48]}
+    original = "Move the Budget review meeting to Friday"
+    assert check_paraphrase(original, "Please move Budget review to Friday", values) is None
+    assert check_paraphrase(original, "Please move the review to Friday", values) \
+        == "lost or changed title='Budget review'"
+    assert check_paraphrase("Solve for x: 8x + 3 = 19", "Solve 9x + 3 = 19 for x", {"a": 8, "b": 3, "c": 19}) \
+        == "lost or changed a='8'"
+
+
 def test_exact_dedupe_keeps_first_and_checks_seen() -> None:
     rows = [{"id": "a", "n": 1}, {"id": "b"}, {"id": "a", "n": 2}, {"id": "s"}]
     kept, dups = exact_dedupe(rows, {"s"})

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from flywheel.schemas import SeedTask, Task, TaskMeta
+from flywheel.tasks.data.generate import generate_candidates
 from flywheel.tasks.data.samplers import sample
 from flywheel.tasks.data.seeds import env_paths, load_seeds
 from flywheel.verifiers.envs import get_env
@@ -52,15 +53,31 @@ def domain(kind: str) -> tuple[Any, ...]:
     return tuple(sorted({sample(kind, random.Random(i)) for i in range(2000)}))
 
 
+def shown(seed: SeedTask) -> list[str]:
+    """The slots the request shows, but the function name; the others are hidden test inputs."""
+    return sorted(s for s in seed.slots if s != "fn" and "{" + s + "}" in seed.templates[0])
+
+
+def hidden(seed: SeedTask, i: int) -> dict[str, Any]:
+    """The hidden test inputs of variant ``i``, drawn as generation draws them (same-kind slots distinct)."""
+    values: dict[str, Any] = {}
+    for slot in sorted(set(seed.slots) - set(shown(seed)) - {"fn"}):
+        rng, taken = random.Random(f"{seed.id}:{i}:{slot}"), [v for k, v in values.items()
+                                                             if seed.slots[k] == seed.slots[slot]]
+        values[slot] = next(v for v in (sample(seed.slots[slot], rng) for _ in range(50)) if v not in taken)
+    return values
+
+
 def variants(seed: SeedTask) -> list[dict[str, Any]]:
-    """Every slot assignment ``sample_values`` can draw (same-kind slots distinct); names cycle over the domain."""
-    slots = sorted(s for s in seed.slots if s != "fn")
+    """Every assignment of the shown slots ``sample_values`` can draw (same-kind slots distinct), each with its
+    own hidden test inputs; names cycle over the domain."""
+    slots = shown(seed)
     names = itertools.cycle(domain("func_name"))
     out = []
     for combo in itertools.product(*(domain(seed.slots[s]) for s in slots)):
         picked = [(seed.slots[s], v) for s, v in zip(slots, combo)]
         if len(set(picked)) == len(picked):
-            out.append({"fn": next(names), **dict(zip(slots, combo))})
+            out.append({"fn": next(names), **dict(zip(slots, combo)), **hidden(seed, len(out))})
     return out
 
 
@@ -82,7 +99,7 @@ def test_buggy_solutions_score_below_one_on_every_variant_and_the_reference_scor
         task = render(seed, values)
         jobs.append((task, f"```python\n{task.reference.answer}```"))
         names.append(("reference", values))
-        key = (seed_id, tuple(sorted((k, v) for k, v in values.items() if k != "fn")))
+        key = (seed_id, tuple((k, values[k]) for k in shown(seed)))
         for i, src in enumerate(BUGGY[seed_id]):
             if key not in EQUIVALENT:
                 jobs.append((task, src.format(**values)))
@@ -102,16 +119,48 @@ def test_expected_ints_are_matched_exactly() -> None:
 
 
 def test_a_float_nudged_count_fails() -> None:
-    task = render(seeds()["count-above"], {"fn": "solve", "k": 7})
+    task = render(seeds()["count-above"], {"fn": "solve", "k": 7, **hidden(seeds()["count-above"], 0)})
     verdict = code.verify(task, "def solve(xs):\n    return sum(1 for x in xs if x > 7) * 1.0000000005\n")
     assert verdict.reward < 0.5 and verdict.failure_class == "test_failure"
     assert code.verify(task, "def solve(xs):\n    return float(sum(1 for x in xs if x > 7))\n").reward == 1.0
 
 
-@pytest.mark.parametrize(("seed_id", "constant", "most"), [
-    ("palindrome", "True", 4 / 7), ("count-word", "0", 3 / 7), ("second-largest", "None", 3 / 7),
-    ("count-above", "0", 3 / 6)])
-def test_constants_score_at_most_their_share(seed_id: str, constant: str, most: float) -> None:
+def constant_source(task: Task) -> tuple[str, float]:
+    """A function returning the task's most common expected output, and the share of tests it passes."""
+    outputs = [t.expected for t in task.reference.tests]
+    best = max(outputs, key=lambda o: sum(same(o, x) for x in outputs))
+    share = sum(same(best, x) for x in outputs) / len(outputs)
+    return f"def {task.reference.entry_point}(*args):\n    return {best!r}\n", round(share, 10)
+
+
+@pytest.mark.parametrize("seed_id", sorted(seeds()))
+def test_the_best_constant_of_every_variant_scores_below_one_and_at_most_half_on_average(seed_id: str) -> None:
+    """The hidden random inputs spread the outputs (binary-search's -1, count-above's 0 took 3 of 4 fixed tests):
+    the most common expected output, returned whatever the input, never passes every test and passes at most half
+    of them on average (palindrome's outputs are booleans: at most two thirds)."""
     seed = seeds()[seed_id]
-    jobs = [(render(seed, v), f"def {v['fn']}(*args):\n    return {constant}\n") for v in variants(seed)]
-    assert max(rewards(jobs)) <= most + 1e-9
+    tasks = [render(seed, {**v, **hidden(seed, i)}) for i, v in zip(range(6), itertools.cycle(variants(seed)))]
+    jobs = [(task, constant_source(task)[0]) for task in tasks]
+    scored = rewards(jobs)
+    assert scored == [constant_source(task)[1] for task in tasks]  # what the sandbox scored is the share
+    assert max(scored) < 1.0 and sum(scored) / len(scored) <= (2 / 3 if seed_id == "palindrome" else 0.5)
+
+
+def test_a_table_memorised_from_train_variants_fails_held_out_variants() -> None:
+    """Seeds whose request shows only the function name had the same tests in every variant, so a table of train's
+    answers passed held-out (``{1: 0, 6: 8, 27: 111, 7: 16}.get(n)`` for collatz). Each variant now draws its own
+    hidden inputs (from its row seed, as generation draws them): the table passes the fixed tests and no more."""
+    order = [s for s in seeds().values() if not shown(s)]
+    assert len(order) >= 15
+    built = generate_candidates(range(6 * len(order)), order, {}, 0)[0]
+    tasks = [Task.model_validate_json(r["task"]) for r in built]
+    jobs = []
+    for seed in order:
+        mine = [t for t in tasks if t.meta.seed_id == seed.id]
+        table = {repr(tuple(c.args)): c.expected for t in mine[:4] for c in t.reference.tests}
+        for task in mine[4:]:
+            jobs.append((task, f"T = {table!r}\ndef {task.reference.entry_point}(*args):\n"
+                               "    return T.get(repr(args))\n"))
+    scored = rewards(jobs)
+    assert len(scored) == 2 * len(order) and max(scored) < 1.0
+    assert generate_candidates(range(6 * len(order)), order, {}, 0)[0] == built  # the same seed, the same inputs
