@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flywheel.schemas import Message, SeedTask, Task, TaskMeta, ToolSpec
+from flywheel.schemas.seeds import placeholders
 from flywheel.tasks.data.paraphrase import Paraphraser, check_paraphrase
 from flywheel.tasks.data.samplers import sample
 from flywheel.tasks.data.seeds import format_value, render
@@ -49,10 +50,12 @@ def sample_values(seed: SeedTask, rng: random.Random) -> dict[str, Any]:
     return values
 
 
-def make_request(seed: SeedTask, values: dict[str, Any], rng: random.Random) -> str:
+def make_request(seed: SeedTask, values: dict[str, Any], rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """The request, and the slot values it shows: its template's (the others are hidden: record ids, test inputs)."""
     template = rng.choice(seed.templates)
     text = template.format(**{k: format_value(v) for k, v in values.items()})
-    return rng.choice(GREETINGS) + text + rng.choice(SIGN_OFFS)
+    shown = {k: v for k, v in values.items() if k in placeholders(template)}
+    return rng.choice(GREETINGS) + text + rng.choice(SIGN_OFFS), shown
 
 
 def stratum(seed: SeedTask) -> str:
@@ -78,19 +81,20 @@ def balanced(seeds: Sequence[SeedTask]) -> list[SeedTask]:
 def candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec],
               run_seed: int) -> tuple[Task, dict[str, Any]]:
     """Candidate ``k`` as a Task plus the slot values it was built from (``seeds`` in file order)."""
-    return _candidate(k, balanced(seeds), tools, run_seed)
+    return _candidate(k, balanced(seeds), tools, run_seed)[:2]
 
 
 def _candidate(k: int, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec],
-               run_seed: int) -> tuple[Task, dict[str, Any]]:
+               run_seed: int) -> tuple[Task, dict[str, Any], dict[str, Any]]:
+    """(task, its slot values, the values its request shows)."""
     seed = seeds[k % len(seeds)]
     variant = k // len(seeds)
     rs = row_seed(run_seed, seed.id, variant)
     rng = random.Random(rs)
     values = sample_values(seed, rng)
-    request = make_request(seed, values, rng)
+    request, shown = make_request(seed, values, rng)
     meta = TaskMeta(seed_id=seed.id, generator="sampler", row_seed=rs, variant=variant, category=seed.category)
-    return render(seed, tools, request, values, meta), values
+    return render(seed, tools, request, values, meta), values, shown
 
 
 def task_row(task: Task, k: int) -> dict[str, Any]:
@@ -132,11 +136,11 @@ def generate_candidates(
     order = balanced(seeds)
     built = [_candidate(k, order, tools, run_seed) for k in ks]
     if paraphraser is None:
-        return [task_row(task, k) for k, (task, _) in zip(ks, built)], []
-    texts = paraphraser.paraphrase([t.prompt for t, _ in built], [t.meta.row_seed or 0 for t, _ in built])
+        return [task_row(task, k) for k, (task, _, _) in zip(ks, built)], []
+    texts = paraphraser.paraphrase([t.prompt for t, _, _ in built], [t.meta.row_seed or 0 for t, _, _ in built])
     rows, rejects = [], []
-    for k, (task, values), text in zip(ks, built, texts, strict=True):
-        problem = check_paraphrase(task.prompt, text, values)
+    for k, (task, _, shown), text in zip(ks, built, texts, strict=True):
+        problem = check_paraphrase(task.prompt, text, shown)
         if problem:
             rejects.append(reject_row(task_row(task, k), "generate", "paraphrase_lost_value",
                                       f"{problem}: {text[:300]!r}"))

@@ -50,19 +50,25 @@ def _kept(value: str, text: str) -> bool:
     return re.search(head + re.escape(value) + tail, text) is not None
 
 
+def _forms(value: str, original: str) -> set[str]:
+    """The value, and the word it sits in where the request joins it to one ('8x' for 8 in 'Solve 8x + 3 = 19')."""
+    joined = re.search(r"\w*" + re.escape(value) + r"\w*", original) if value[:1].isalnum() else None
+    return {value} | ({joined.group()} if joined else set())
+
+
 def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | None:
-    """None when ``text`` keeps every slot value the request shows, each as a whole (``_kept``; a value not in the
-    request at all is a hidden slot, such as workplace record ids and code test inputs, with nothing to keep), and
-    as many negations as the request (an LLM told to keep the values can still turn the request around: "not
-    returned" -> "returned"; "without" -> "do not" keeps the count); else the reject reason detail."""
+    """None when ``text`` keeps every value of ``values`` (the slots the request shows: generation leaves out hidden
+    ones, such as workplace record ids and code test inputs), each as a whole (``_kept``) or as the word the request
+    wrote it in ('8x' for 8), and as many negations as the request (an LLM told to keep the values can still turn
+    the request around: "not returned" -> "returned"; "without" -> "do not" keeps the count); else the reject
+    reason detail."""
     cleaned = text.strip()
     if not cleaned:
         return "empty paraphrase"
     if len(cleaned) > 3 * len(original) + 40:
         return "paraphrase far longer than the request"
-    folded = {slot: _fold(format_value(v)) for slot, v in values.items()}
-    lost = [f"{slot}={format_value(values[slot])!r}" for slot, v in folded.items()
-            if v in _fold(original) and not _kept(v, _fold(cleaned))]  # '8' in '8x' is shown, and never kept
+    lost = [f"{slot}={format_value(v)!r}" for slot, v in values.items()
+            if not any(_kept(form, _fold(cleaned)) for form in _forms(_fold(format_value(v)), _fold(original)))]
     if lost:
         return f"lost or changed {', '.join(lost)}"
     said, says = (sum(w in NEGATIONS for w in _words(t)) for t in (original, cleaned))

@@ -10,10 +10,11 @@ import polars as pl
 import pytest
 
 from flywheel.tasks.data.dedupe import NearDupParams, exact_dedupe, near_duplicates, shingles
-from flywheel.tasks.data.generate import generate_candidates
+from flywheel.tasks.data.generate import _candidate, balanced, generate_candidates
 from flywheel.tasks.data.paraphrase import check_paraphrase
 from flywheel.tasks.data.publish import publish, read_manifest
 from flywheel.tasks.data.quality import QualityParams, run_suite
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
 from flywheel.tasks.data.split import assign_splits, contamination, groups, split_table
 from flywheel.tasks.data.validate import validate_rows
 
@@ -74,16 +75,22 @@ def test_a_paraphrase_that_changes_a_value_around_the_kept_digits_or_turns_the_r
     assert check_paraphrase("Do not delete file 7", "Don't remove file 7", {"f": 7}) is None
 
 
-def test_a_hidden_slot_is_not_asked_of_a_paraphrase_and_a_shown_one_still_is() -> None:
+def test_a_hidden_slot_is_not_asked_of_a_paraphrase_and_a_value_joined_to_a_word_is_kept_with_it() -> None:
     """Workplace record ids and code test inputs are slots the request never shows: every paraphrase of such a
-    task was rejected for 'losing' them. A value the request shows inside a word ('8x') is still checked."""
-    values = {"title": "Budget review", "ev1": "EVT-4821", "x1": [44, 48]}
-    original = "Move the Budget review meeting to Friday"
-    assert check_paraphrase(original, "Please move Budget review to Friday", values) is None
-    assert check_paraphrase(original, "Please move the review to Friday", values) \
-        == "lost or changed title='Budget review'"
-    assert check_paraphrase("Solve for x: 8x + 3 = 19", "Solve 9x + 3 = 19 for x", {"a": 8, "b": 3, "c": 19}) \
-        == "lost or changed a='8'"
+    task was rejected for 'losing' them (even the request itself). Generation now checks the slots of the request's
+    template only. A value the request joins to a word ('8x') was never kept either: it is kept as that word."""
+    seeds_path, tools_path = env_paths("workplace")
+    tools = load_tools(tools_path)
+    hidden = 0
+    for k in range(24):
+        task, values, shown = _candidate(k, balanced(load_seeds(seeds_path, tools)), tools, 0)
+        assert set(shown) <= set(values) and check_paraphrase(task.prompt, task.prompt, shown) is None
+        hidden += set(shown) < set(values)
+    assert hidden >= 10
+    original = "Solve for x: 8x + 3 = 19"
+    assert check_paraphrase(original, "Find x when 8x + 3 equals 19", {"a": 8, "b": 3, "c": 19}) is None
+    for changed in ("Solve 9x + 3 = 19 for x", "Solve 18x + 3 = 19 for x"):
+        assert check_paraphrase(original, changed, {"a": 8, "b": 3, "c": 19}) == "lost or changed a='8'", changed
 
 
 def test_exact_dedupe_keeps_first_and_checks_seen() -> None:
