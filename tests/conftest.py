@@ -12,7 +12,7 @@ for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK"
                      "FLYWHEEL_VLLM_COMPILE": "eager", "FLYWHEEL_VLLM_MEMORY": "0.1"}.items():
     os.environ.setdefault(_key, _value)
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers share 2 cores: one torch thread each, inherited by the CLI
+if os.environ.get("PYTEST_XDIST_WORKER"):  # three workers share 2 cores: one torch thread each, inherited by the CLI
     for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # and servers they start (4 threads on 2 cores spin 3x slower)
         os.environ.setdefault(_key, "1")
 
@@ -34,15 +34,16 @@ from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools  # noqa:
 from flywheel.verifiers.procs import descendants  # noqa: E402  (re-exported: hostile tests import it from here)
 from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 
-# The slowest files first (per-file totals of a full run, 2026-11-30): the two xdist workers (pyproject's addopts,
+# The slowest files first (per-file totals of a full run, 2026-12-01): the xdist workers (pyproject's addopts,
 # --dist loadfile, files in this order) take them early and finish together instead of one running a long file alone
 # at the end (test_vllm_rollout.py, missing here, ran its 3 minutes last while the other worker had finished).
-SLOWEST_FIRST = ["flows/test_operations.py", "flows/test_pipeline.py", "flows/test_eval.py",
-                 "tasks/training/test_train.py", "tasks/inference/test_backends.py",
-                 "tasks/training/test_vllm_rollout.py", "tasks/inference/test_prefix_cache.py", "flows/test_flow.py",
-                 "tasks/release/test_registry.py", "hostile/test_hostile_first_run.py", "test_packaging.py",
-                 "tasks/training/test_episodes.py", "tasks/training/test_shared_prefix.py",
-                 "tasks/training/test_margins.py", "tasks/inference/test_policy.py"]
+SLOWEST_FIRST = ["flows/test_pipeline.py", "flows/test_operations.py", "flows/test_eval.py",
+                 "tasks/training/test_train.py", "tasks/inference/test_prefix_cache.py",
+                 "tasks/training/test_vllm_rollout.py", "tasks/inference/test_backends.py", "flows/test_flow.py",
+                 "test_packaging.py", "hostile/test_hostile_first_run.py", "tasks/release/test_registry.py",
+                 "tasks/training/test_episodes.py", "hostile/test_hostile_registry.py",
+                 "tasks/training/test_margins.py", "hostile/test_hostile_dataset.py", "tasks/inference/test_policy.py",
+                 "tasks/training/test_shared_prefix.py"]
 
 
 def _rank(item: pytest.Item) -> int:
