@@ -81,7 +81,7 @@ def test_pending_batches_go_to_the_backend_in_calls_in_order_and_never_split() -
 
 
 def _eval(tool_dataset: str, out: Path, **options) -> dict:
-    config = EvalConfig(dataset=tool_dataset, out=str(out), limit=6, samples=2, batch_size=4, max_tokens=40,
+    config = EvalConfig(dataset=tool_dataset, out=str(out), limit=6, samples=2, batch_size=4, max_tokens=24,
                         bootstrap=200, **options)
     return run_eval(config)
 

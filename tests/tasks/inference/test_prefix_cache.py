@@ -229,7 +229,7 @@ def test_prompt_lookup_drafts_a_lone_greedy_turn_from_the_kept_cache_and_leaves_
 
     both = _tasks("workplace", 1) + _tasks("tool_call", 1)
 
-    def turns(lookup: int, stop: tuple[str, ...] = (), cap: int = 32, tasks: list[Task] = both
+    def turns(lookup: int, stop: tuple[str, ...] = (), cap: int = 24, tasks: list[Task] = both
               ) -> tuple[list[str], int, int, list[float]]:
         model.prefix_cache, model.store, model.lookup = True, PrefixStore(), lookup
         texts, tokens, calls[:], prefilled = [], 0, [], []
@@ -257,10 +257,10 @@ def test_prompt_lookup_drafts_a_lone_greedy_turn_from_the_kept_cache_and_leaves_
         for stop, cap in (((" ", "\""), 16), ((), 7)):  # the token that completes a stop string; the cap
             cut = turns(4, stop, cap, both[:1])
             assert cut[:2] == turns(0, stop, cap, both[:1])[:2] and cut[0] != on[:2]
-        config, plain = model.model.generation_config, turns(0, cap=16, tasks=both[:1])[:2]
+        config, plain = model.model.generation_config, turns(0, cap=8, tasks=both[:1])[:2]
         config.repetition_penalty = 1.3  # changes greedy choices: transformers' own lookup, as without
         try:
-            assert turns(4, cap=16, tasks=both[:1])[:2] == turns(0, cap=16, tasks=both[:1])[:2] != plain
+            assert turns(4, cap=8, tasks=both[:1])[:2] == turns(0, cap=8, tasks=both[:1])[:2] != plain
         finally:
             config.repetition_penalty = 1.0
         requests = _requests(_tasks("tool_call", 3))
