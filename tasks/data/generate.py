@@ -130,8 +130,8 @@ def generate_candidates(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pure and partition-independent: (rows, rejects) for candidate indices ``ks``.
 
-    With a paraphraser, a request whose paraphrase loses or changes a slot value
-    is rejected (stage ``generate``, reason ``paraphrase_lost_value``).
+    With a paraphraser, a request whose paraphrase loses or changes a slot value, or turns a negation, a
+    comparison or an order around, is rejected (stage ``generate``, reason ``paraphrase_lost_value``).
     """
     order = balanced(seeds)
     built = [_candidate(k, order, tools, run_seed) for k in ks]

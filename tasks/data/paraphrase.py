@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -39,6 +40,18 @@ def _fold(text: str) -> str:
 
 NEGATIONS = frozenset({"not", "no", "never", "none", "nothing", "nor", "neither", "without", "except", "excluding",
                        "opposite", "ignore", "instead"})  # "n't" reads "not"
+# The direction a word gives a comparison or an order, by the pole it states: a paraphrase keeps how many words of
+# each pole the request has ("greater than 7" -> "more than 7" or "above 7", never "at least 7" or "under 7").
+# A synonym outside its pole's list is rejected, which only keeps the request as written.
+POLES = {w: pole for pole, words in {
+    "more": "more greater larger bigger higher above over exceed exceeds exceeding exceeded beyond",
+    "less": "less fewer smaller lower below under beneath",
+    "most": "most largest biggest highest greatest maximum max top",
+    "least": "least smallest lowest fewest minimum min bottom",
+    "before": "before earlier prior", "after": "after later since",
+    "ascending": "ascending increasing", "descending": "descending decreasing",
+    "first": "first oldest earliest", "last": "last newest latest recent",
+}.items() for w in words.split()}
 
 
 def _kept(value: str, text: str) -> bool:
@@ -60,20 +73,29 @@ def check_paraphrase(original: str, text: str, values: dict[str, Any]) -> str | 
     """None when ``text`` keeps every value of ``values`` (the slots the request shows: generation leaves out hidden
     ones, such as workplace record ids and code test inputs), each as a whole (``_kept``) or as the word the request
     wrote it in ('8x' for 8), and as many negations as the request (an LLM told to keep the values can still turn
-    the request around: "not returned" -> "returned"; "without" -> "do not" keeps the count); else the reject
-    reason detail."""
+    the request around: "not returned" -> "returned"; "without" -> "do not" keeps the count) and as many words of
+    each comparison or order pole (``POLES``: "greater than 7" -> "at least 7" keeps the 7 and turns the meaning);
+    else the reject reason detail."""
     cleaned = text.strip()
     if not cleaned:
         return "empty paraphrase"
     if len(cleaned) > 3 * len(original) + 40:
         return "paraphrase far longer than the request"
+    said, says = _fold(original), _fold(cleaned)
     lost = [f"{slot}={format_value(v)!r}" for slot, v in values.items()
-            if not any(_kept(form, _fold(cleaned)) for form in _forms(_fold(format_value(v)), _fold(original)))]
+            if not any(_kept(form, says) for form in _forms(_fold(format_value(v)), said))]
     if lost:
         return f"lost or changed {', '.join(lost)}"
-    said, says = (sum(w in NEGATIONS for w in _words(t)) for t in (original, cleaned))
-    if said != says:  # a negation added or dropped: "not returned" -> "returned", "don't send" -> "send"
-        return f"{'adds' if says > said else 'drops'} a negation ({said} in the request, {says} in the paraphrase)"
+    words = [_words(t) for t in (said, says)]
+    negations = [sum(w in NEGATIONS for w in ws) for ws in words]
+    if negations[0] != negations[1]:  # "not returned" -> "returned", "don't send" -> "send"
+        return (f"{'adds' if negations[1] > negations[0] else 'drops'} a negation ({negations[0]} in the request, "
+                f"{negations[1]} in the paraphrase)")
+    poles = [Counter(POLES[w] for w in ws if w in POLES) for ws in words]
+    turned = sorted(p for p in poles[0].keys() | poles[1].keys() if poles[0][p] != poles[1][p])
+    if turned:
+        return (f"changes a comparison or an order ('{turned[0]}' words: {poles[0][turned[0]]} in the request, "
+                f"{poles[1][turned[0]]} in the paraphrase)")
     return None
 
 

@@ -75,6 +75,24 @@ def test_a_paraphrase_that_changes_a_value_around_the_kept_digits_or_turns_the_r
     assert check_paraphrase("Do not delete file 7", "Don't remove file 7", {"f": 7}) is None
 
 
+def test_a_paraphrase_that_turns_a_comparison_or_an_order_around_is_rejected_and_a_synonym_is_kept() -> None:
+    """Every value and negation kept, the meaning turned: 'greater than 7' -> 'at least 7' (thirty-seventh
+    session's note); a count-above task published with its reference counting > 7 and its request >= 7."""
+    turned = [("Count the numbers greater than 7", "Count the numbers that are at least 7", "'least' words: 0"),
+              ("Count the numbers greater than 7", "Count the numbers under 7", "'less' words: 0"),
+              ("Show the 5 most recent emails", "Show the 5 oldest emails", "'first' words: 0"),
+              ("Sort the 4 names ascending", "Sort the 4 names in decreasing order", "'ascending' words: 1"),
+              ("Move meetings before 2026-12-03", "Move meetings after 2026-12-03", "'after' words: 0")]
+    for original, text, fragment in turned:
+        problem = check_paraphrase(original, text, {})
+        assert problem is not None and problem.startswith("changes a comparison or an order") and fragment in problem
+    kept = [("Count the numbers greater than 7", "How many numbers are above 7?"),
+            ("List orders above 330", "Which orders exceed 330?"), ("Show the top 3", "Give me the highest 3"),
+            ("Sort 4 names ascending", "Put 4 names in increasing order")]
+    for original, text in kept:
+        assert check_paraphrase(original, text, {}) is None, text
+
+
 def test_a_hidden_slot_is_not_asked_of_a_paraphrase_and_a_value_joined_to_a_word_is_kept_with_it() -> None:
     """Workplace record ids and code test inputs are slots the request never shows: every paraphrase of such a
     task was rejected for 'losing' them (even the request itself). Generation now checks the slots of the request's

@@ -18,6 +18,7 @@ from fastapi import HTTPException
 from flywheel.schemas import Task
 from flywheel.verifiers.common import one_line
 from flywheel.verifiers.envs.workplace.workplace import Session
+from flywheel.verifiers.envs.workplace.workplace_tools import records_problem
 from flywheel.verifiers.tool_checks import validator_for
 
 NODE_BYTES = 96  # a value or key as a Python object beyond its JSON text (object header, dict slot, list pointer)
@@ -115,6 +116,9 @@ def seeded_slot(task: Task, cap: int) -> Slot:
         raise HTTPException(413, f"the task and its state take {(task_bytes + state_bytes) // 1024} KB held, over the "
                                  f"{cap // 1024} KB session limit (--max-session-kb): sized as JSON plus {NODE_BYTES} "
                                  "bytes per value and key; send a smaller reference.state or raise the limit")
+    problem = records_problem("state", ref.state)  # every table, and the fields the tools read (sized first)
+    if problem:
+        raise HTTPException(400, f"not a workplace task: {problem}")
     for spec in task.tools:  # compiled now (and cached) so a bad schema fails here, not in the middle of a rollout
         try:
             validator_for(spec.parameters)
