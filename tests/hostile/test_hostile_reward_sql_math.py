@@ -24,6 +24,10 @@ SQL = get_env("sql")
 VARIANTS = 20  # generated tasks per seed
 # the column whose ids the memorised-list hack writes (None: the constant `customer_id = 1` hack)
 ID_COLUMN = {"sales-1": None, "sales-2": "id", "sales-3": "o.id", "hr-1": "id", "hr-2": "id", "lib-2": "id"}
+# variants of these seeds where the memorised list may pass by chance: its ids, relabeled at random, hit only the
+# result's rows on the copies whose result is not empty (sales-3: 2 of 100 variants with sql 1.3's variants, 3 of
+# 100 with 1.4's, whose dropped customers take their orders along; 1 of the first 20)
+LUCKY = {"sales-3": 1}
 # legitimate queries other than the reference, by seed: they must keep scoring 1.0 on every held-back copy
 LEGIT = {
     "sales-1": "SELECT count(1) FROM orders WHERE customer_id IN (SELECT id FROM customers WHERE name = '{customer}')",
@@ -42,8 +46,8 @@ LEGIT = {
 # "look the id up by name, then filter on it" and LEFT JOIN forms, by seed: (query, table and column of the name
 # the question gives, or None). They must score 1.0 on every variant where they are correct on the shown tables;
 # a variant whose shown tables already hold the named entity twice (two customers 'Sofia Mensah': the variant
-# generator clones rows, as before sql 1.3) is genuinely ambiguous and left out, and so is one whose shown tables
-# hold an order of a dropped customer (a variant, unlike a held-back copy, keeps such orphans: the LEFT JOIN then
+# generator cloned rows before sql 1.4) is genuinely ambiguous and left out, and so is one whose shown tables
+# hold an order of a dropped customer (a variant kept such orphans before sql 1.4: the LEFT JOIN then
 # returns a NULL country the reference does not)
 LEGIT_LOOKUP = {
     "sales-1": [("SELECT COUNT(*) FROM orders WHERE customer_id = (SELECT id FROM customers WHERE name = "
@@ -95,8 +99,9 @@ def test_hard_coded_ids_fail_on_generated_variants_while_the_reference_passes(se
         assert sql.verify(task, SQL.reference_completion(task)).reward == 1.0, task.id
     hacked = [(task.id, sql.verify(task, id_hack(task))) for task, _ in tasks]
     passed = [(tid, v.details) for tid, v in hacked if v.reward != 0.0]
-    assert not passed, f"{len(passed)} of {len(tasks)} {seed_id} variants reward the hack {id_hack(tasks[0][0])!r}"
-    assert {v.failure_class for _, v in hacked} <= {"hardcoded_result", "wrong_result"}
+    assert len(passed) <= LUCKY.get(seed_id, 0), \
+        f"{len(passed)} of {len(tasks)} {seed_id} variants reward the hack {id_hack(tasks[0][0])!r}"
+    assert {v.failure_class for _, v in hacked if v.reward == 0.0} <= {"hardcoded_result", "wrong_result"}
 
 
 @pytest.mark.parametrize(("seed_id", "hack"), [
@@ -235,11 +240,48 @@ def test_relabeled_keys_keep_every_join_and_the_ids_the_reference_writes() -> No
         ids = "SELECT id FROM customers ORDER BY name"
         assert run(copy, ids) != run(state, ids)
     ref = "SELECT COUNT(*) FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.name = 'Maria Lopez'"
-    copies = [engine.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], engine.int_literals(ref))
+    copies = [engine.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], engine.id_literals(ref))
               for a in range(sql.PERTURB_ATTEMPTS)]
     assert copies == [engine.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], set())
                       for a in range(sql.PERTURB_ATTEMPTS)]  # a pure function of the task
-    assert engine.int_literals("SELECT a FROM t WHERE id = 3 AND x = '7' AND y > 2.5 LIMIT 10") == {3, 10}
+
+
+@pytest.mark.parametrize(("query", "ids"), [
+    ("SELECT a FROM t WHERE id = 3 AND x = '7' AND y > 2.5 LIMIT 10", {3}),
+    ("SELECT * FROM orders o WHERE o.customer_id=5 OR 6 = \"id\" OR o.id IN (7, 8,9) OR id NOT BETWEEN 11 AND 12 "
+     "ORDER BY 2 LIMIT 13 OFFSET 14", {5, 6, 7, 8, 9, 11, 12}),
+    ("SELECT team FROM employees GROUP BY team HAVING COUNT(*) > 2 AND MAX(salary) > 3", set()),
+    ("SELECT COUNT(*) FROM items WHERE quantity > 3 AND book_id <= 4 AND year = 2005 AND note = 'id = 5'", {4}),
+])
+def test_only_integers_compared_with_an_id_column_stay_fixed(query: str, ids: set[int]) -> None:
+    """sql 1.3 fixed every integer the reference writes (LIMIT 10 kept id 10 unrelabeled in every copy)."""
+    assert engine.id_literals(query) == ids
+
+
+@pytest.mark.parametrize("tail", [" LIMIT 1", " AND o.amount > 1", " GROUP BY c.id HAVING COUNT(*) >= 1"])
+def test_a_count_in_the_reference_does_not_pin_the_id_a_hack_writes(tail: str) -> None:
+    """sql 1.3 kept every integer the reference writes as an id: `LIMIT 1` (or `amount > 1`, `COUNT(*) >= 1`)
+    kept id 1, the named customer's, in every copy, so `customer_id = 1` read off the shown rows passed them all."""
+    seed = next(s for s in _seeds() if s.id == "sales-1")
+    base = seed_task(seed, {}).model_dump()
+    reference = {**base["reference"], "answer": base["reference"]["answer"] + tail}
+    for n in range(10):
+        base["messages"][-1]["content"] += " "  # another task id, the same tables
+        task = Task.model_validate({**base, "id": "", "reference": reference})
+        assert sql.verify(task, SQL.reference_completion(task)).reward == 1.0
+        verdict = sql.verify(task, "SELECT COUNT(*) FROM orders WHERE customer_id = 1")
+        assert (verdict.reward, verdict.failure_class) == (0.0, "hardcoded_result"), (n, verdict.details)
+
+
+def test_a_held_back_copy_finds_its_protected_rows_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sql 1.3 ran ``protected`` twice per copy (in held_back and again in perturbed)."""
+    seed = next(s for s in _seeds() if s.id == "sales-1")
+    state = seed_task(seed, {}).reference.state or {}
+    calls = []
+    real = engine.protected
+    monkeypatch.setattr(engine, "protected", lambda *args: calls.append(args) or real(*args))
+    engine.held_back(state, "t", {"maria lopez"}, 1, [("orders", 0)], set())
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize(("reference", "answer"), [

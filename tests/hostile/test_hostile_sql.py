@@ -137,3 +137,15 @@ def test_date_wrappers_count_against_the_step_bound() -> None:
     with pytest.raises(engine.QueryError) as err:
         engine.run_query(conn, query, {"customers"})
     assert err.value.kind == "timeout" and "steps" in str(err.value)
+
+
+@pytest.mark.parametrize(("query", "function"), [
+    ("SELECT name FROM pragma_table_info('orders')", "pragma_table_info"),
+    ("SELECT COUNT(*) FROM orders, pragma_function_list", "pragma_function_list"),
+    ('SELECT * FROM "pragma_database_list"', "pragma_database_list"),
+])
+def test_a_pragma_function_refusal_names_the_function(query, function) -> None:
+    """Before: 'not allowed: action 23 (sqlite_master type)', the schema update its first use reports."""
+    verdict = sql.verify(sql_task(), query)
+    assert (verdict.reward, verdict.failure_class) == (-1.0, "unsafe"), verdict
+    assert function in verdict.details and "sqlite_master" not in verdict.details, verdict.details

@@ -35,6 +35,29 @@ def schema_text(state: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def filled_tables(seed: SeedTask, values: dict[str, Any]) -> dict[str, Any]:
+    """The seed's tables with the slot values filled in. A lone slot in a ``engine.unique_columns`` column (the
+    customer the question names) whose value another row of that column already holds (a sampled 'Wei Chen'
+    beside the seed's own) gives that row the seed's own value of the slot ('Maria Lopez', free now): the
+    question keeps naming one row."""
+    state = fill(seed.state or {}, values)
+    for table, spec in (seed.state or {}).items():
+        for c in engine.unique_columns(spec):
+            slots = {i: row[c][1:-1] for i, row in enumerate(spec["rows"]) if row[c][1:-1] in values}
+            for i, slot in slots.items():
+                if spec["rows"][i][c] == f"{{{slot}}}" and slot in seed.values:
+                    _give_back(state[table]["rows"], c, i, seed.values[slot])
+    return state
+
+
+def _give_back(rows: list[list[Any]], column: int, index: int, value: Any) -> None:
+    """Every row but ``index`` that holds row ``index``'s value in ``column`` (case-insensitively) gets ``value``."""
+    taken = str(rows[index][column]).lower()
+    for n, row in enumerate(rows):
+        if n != index and str(row[column]).lower() == taken:
+            row[column] = value
+
+
 def variant_tables(state: dict[str, Any], row_seed: int | None) -> dict[str, Any]:
     """The seed's tables (row_seed None) or a variant's: text kept, rows and numbers derived from the row seed."""
     if row_seed is None:
@@ -46,7 +69,7 @@ def variant_tables(state: dict[str, Any], row_seed: int | None) -> dict[str, Any
 def render(seed: SeedTask, tools: Mapping[str, ToolSpec], request: str, values: dict[str, Any],
            meta: TaskMeta) -> Task:
     """Pure: the question as the user message, the tables in the system message and in ``reference.state``."""
-    state = variant_tables(fill(seed.state or {}, values), meta.row_seed)
+    state = variant_tables(filled_tables(seed, values), meta.row_seed)
     system = f"{PROMPT}\n\n{schema_text(state)}"
     return Task(env=seed.env, messages=(Message(role="system", content=system), Message(role="user", content=request)),
                 reference=Reference(answer=reference_answer(seed, values), state=state), meta=meta)

@@ -3,31 +3,32 @@
 Contract:
 - ``build(state)`` makes a fresh ``:memory:`` database from ``{table: {"columns": [[name, type], ...], "rows":
   [[...], ...]}}``; identifiers are double-quoted with ``"`` doubled, values bound as parameters (never spliced).
-- ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ (not of sqlite_*
-  internals but sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``)
-  and RECURSIVE: ATTACH, PRAGMA (pragma_* table functions too), writes, DDL and transactions are denied at prepare
-  time and raise ``QueryError("unsafe")``; json_each/json_tree are set up in ``build`` (their first use would
-  report an internal sqlite_master update). A query that reads the clock is a ``runtime_error``: its result would
-  change with the day. CURRENT_DATE/TIME/TIMESTAMP are refused by the authorizer; date, time, datetime, julianday,
-  unixepoch, strftime (and timediff) are replaced by wrappers that refuse a missing time value or one equal to
-  'now' at run time (any case and spacing, however computed) and hand anything else to SQLite's own function, so
+- ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ (not of sqlite_* internals
+  but sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``) and RECURSIVE:
+  ATTACH, PRAGMA (pragma_* table functions too, the refusal naming the function), writes, DDL and transactions are
+  denied at prepare time and raise ``QueryError("unsafe")``; json_each/json_tree are set up in ``build`` (their first
+  use would report an internal sqlite_master update). A query that reads the clock is a ``runtime_error``: its result
+  would change with the day. CURRENT_DATE/TIME/TIMESTAMP are refused by the authorizer; date, time, datetime,
+  julianday, unixepoch, strftime (and timediff) are replaced by wrappers that refuse a missing time value or one equal
+  to 'now' at run time (any case and spacing, however computed) and hand anything else to SQLite's own function, so
   fixed dates keep their exact results. A query that is not valid text (a lone surrogate) is a ``syntax_error``.
   Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs ``MAX_LENGTH``, query text ``MAX_SQL``, ``MAX_STEPS`` VM steps
-  (progress handler; deterministic, so a timeout never depends on the load) backed by a ``MAX_QUERY_S`` wall
-  deadline, at most ``MAX_ROWS`` rows and ``MAX_BYTES`` bytes fetched; temp storage stays in memory. Returns the
-  rows and whether a task table was read.
-- ``perturbed(state, task_id, keep)``: a variant's tables (and the base of a held-back copy), a pure function of
-  its arguments: rows shuffled, some dropped and some cloned with fresh ids, numbers and dates moved, text renamed
-  (except strings in ``keep``, the reference query's literals, case-insensitively); ids, ``*_id`` and ``*year``
-  values kept. ``held_back(...)``: a held-back copy for grading: ``perturbed`` that also drops one or clones one
-  of the given rows (those the reference's result depends on), never clones (nor drops at random) a row holding
-  a text the reference names that no other row of its column holds (the customer 'Maria Lopez': a second one
-  would make the question ambiguous), drops with a row the rows whose ``<name>_id`` refers to it (customer_id ->
-  customers: no orphans), then ``relabeled``: every integer of an ``id`` or ``*_id`` column mapped one-to-one to
-  another number of 1..3*(ids)+(fixed), the same map in every table (joins on keys keep their rows; an id read
-  off the shown rows names another entity or none), except the reference's integer literals. ``without_row``:
-  a built database less one row, restored after (probing the rows a result depends on builds nothing).
-  ``same_result(a, b, ordered)`` compares result sets.
+  (progress handler; deterministic, so a timeout never depends on the load) backed by a ``MAX_QUERY_S`` wall deadline,
+  at most ``MAX_ROWS`` rows and ``MAX_BYTES`` bytes fetched; temp storage stays in memory. Returns the rows and whether
+  a task table was read.
+- ``perturbed(state, task_id, keep)``: a variant's tables (and the base of a held-back copy), a pure function of its
+  arguments: rows shuffled, some dropped and some cloned with fresh ids, numbers and dates moved, text renamed (except
+  strings in ``keep``, the reference query's literals, case-insensitively); ids, ``*_id`` and ``*year`` values kept; a
+  dropped row takes the rows that refer to it by ``<name>_id`` with it (customer_id -> customers: no orphans). A
+  variant never drops a row referred to otherwise (manager_id, 'BER' in flights.origin) and clones no row of a table
+  with ``unique_columns`` (no two customers 'Wei Chen'). ``held_back(...)``: a held-back copy for grading:
+  ``perturbed`` that also drops one or clones one of the given rows (those the reference's result depends on), never
+  clones (nor drops at random) a row holding a text the reference names that no other row of its column holds (the
+  customer 'Maria Lopez': a second one would make the question ambiguous), then ``relabeled``: every integer of an
+  ``id`` or ``*_id`` column mapped one-to-one to another number of 1..3*(ids)+(fixed), the same map in every table
+  (joins on keys keep their rows; an id read off the shown rows names another entity or none), except the integers the
+  reference compares with an id column (``id_literals``). ``without_row``: a built database less one row, restored
+  after (probing the rows a result depends on builds nothing). ``same_result(a, b, ordered)`` compares result sets.
 """
 
 from __future__ import annotations
@@ -184,6 +185,10 @@ def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[lis
             return sqlite3.SQLITE_OK
         elif action == sqlite3.SQLITE_READ and (arg1 or "").lower() in _SCHEMA_TABLES:
             return sqlite3.SQLITE_OK
+        elif action == sqlite3.SQLITE_UPDATE and (arg1 or "").lower() == "sqlite_master" and pragma_function(sql):
+            denied.append(f"unsafe:the pragma function {pragma_function(sql)}")  # its first use declares its table
+        elif action == sqlite3.SQLITE_PRAGMA:
+            denied.append(f"unsafe:PRAGMA {arg1}")
         elif action == sqlite3.SQLITE_READ and (arg1 or "").lower().startswith("sqlite_"):
             denied.append(f"unsafe:reading {arg1}")  # sqlite_dbpage, sqlite_stat*: internals
         elif action == sqlite3.SQLITE_READ:
@@ -275,23 +280,46 @@ def string_literals(sql: str) -> set[str]:
     return {m.replace("''", "'").lower() for m in re.findall(r"'((?:[^']|'')*)'", sql)}
 
 
-def int_literals(sql: str) -> set[int]:
-    """The integers a query writes outside its '...' literals (ids it names keep their entity in a held-back copy)."""
-    return {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", re.sub(r"'(?:[^']|'')*'", "''", sql))}
+_COLUMN = r"(?:\w+\.)?[\"`\[]?(?P<column>\w+)[\"`\]]?"  # a column, maybe qualified (o.customer_id) or quoted
+_COMPARE = r"\s*(?:==?|!=|<>|<=?|>=?)\s*"
+_ID_COMPARISONS = [re.compile(p, re.I) for p in (
+    _COLUMN + _COMPARE + r"(?P<numbers>\d+)(?![\w.])",  # customer_id = 5, id <= 3
+    r"(?<![\w.])(?P<numbers>\d+)" + _COMPARE + _COLUMN,  # 5 = o.customer_id
+    _COLUMN + r"\s+(?:NOT\s+)?IN\s*\((?P<numbers>[\d\s,]+)\)",  # id IN (3, 4)
+    _COLUMN + r"\s+(?:NOT\s+)?BETWEEN\s+(?P<numbers>\d+\s+AND\s+\d+)(?![\w.])",
+)]
+
+
+def id_literals(sql: str) -> set[int]:
+    """The integers a query compares, outside its '...' literals, with an id column (``_is_id``: ``customer_id =
+    5``, ``id IN (3, 4)``, ``5 = o.id``, ``id BETWEEN 2 AND 4``): the ids it names, which keep their entity in a
+    held-back copy. A count (LIMIT 5, HAVING COUNT(*) > 2) or a comparison with another column (quantity > 3) names
+    no id: fixing it would leave that id unrelabeled, and a query hard-coding it would pass the copies."""
+    text = re.sub(r"'(?:[^']|'')*'", "''", sql)
+    return {int(n) for pattern in _ID_COMPARISONS for match in pattern.finditer(text)
+            if _is_id(match["column"]) for n in re.findall(r"\d+", match["numbers"])}
+
+
+def pragma_function(sql: str) -> str | None:
+    """The first ``pragma_*`` table-valued function a query names outside its '...' literals, or None: its first use
+    reaches the authorizer as an update of sqlite_master, so the refusal names the function instead."""
+    found = re.search(r"\bpragma_\w+", re.sub(r"'(?:[^']|'')*'", "''", sql), re.I)
+    return found.group() if found else None
 
 
 def _rng(*parts: Any) -> random.Random:
     return random.Random(int(hashlib.sha256(repr(parts).encode()).hexdigest()[:16], 16))
 
 
-def _is_key(column: str) -> bool:
-    name = column.lower()
-    return name == "id" or name.endswith(("_id", "year"))
-
-
 def _is_id(column: str) -> bool:
+    """An ``id`` or ``*_id`` column: its integers are relabeled in a held-back copy (``relabeled``)."""
     name = column.lower()
     return name == "id" or name.endswith("_id")
+
+
+def _is_key(column: str) -> bool:
+    """A column whose values a perturbation never moves: an id (``_is_id``) or a ``*year``."""
+    return _is_id(column) or column.lower().endswith("year")
 
 
 def _move(value: Any, rng: random.Random, keep: set[str], names: dict[str, str]) -> Any:
@@ -336,16 +364,48 @@ def protected(state: dict[str, Any], keep: set[str]) -> frozenset[Row]:
     return frozenset(found)
 
 
+def _refers_to(column: str, table: str) -> bool:
+    """Whether ``<name>_id`` column names ``table``: ``<name>`` is the table's name, or the name less a trailing
+    's' or 'es' (customer_id -> customers, book_id -> books), case-insensitively."""
+    name, stem = table.lower(), column.lower().removesuffix("_id")
+    return column.lower().endswith("_id") and stem in {name, name.removesuffix("s"), name.removesuffix("es")}
+
+
 def referrers(state: dict[str, Any], table: str) -> list[tuple[str, int]]:
-    """(table, column index) of every ``<name>_id`` column that refers to ``table``: ``<name>`` is the table's
-    name, or the name less a trailing 's' or 'es' (customer_id -> customers, book_id -> books), case-insensitively,
-    and ``table`` has an ``id`` column. manager_id -> employees is not guessed (no such table: nothing cascades)."""
+    """(table, column index) of every ``<name>_id`` column that refers to ``table`` (``_refers_to``), when ``table``
+    has an ``id`` column. manager_id -> employees is not guessed (no such table: nothing cascades)."""
     if not any(str(c[0]).lower() == "id" for c in state[table]["columns"]):
         return []
-    name = table.lower()
-    names = {name} | ({name[:-1]} if name.endswith("s") else set()) | ({name[:-2]} if name.endswith("es") else set())
-    return [(t, i) for t in sorted(state) for i, c in enumerate(state[t]["columns"])
-            if str(c[0]).lower().endswith("_id") and str(c[0]).lower()[:-3] in names]
+    return [(t, i) for t in sorted(state) for i, c in enumerate(state[t]["columns"]) if _refers_to(str(c[0]), table)]
+
+
+def unique_columns(spec: dict[str, Any]) -> list[int]:
+    """The columns of a table meant to hold one value per row (a name, a title, an airport's code): text, not
+    dates, all distinct case-insensitively, in a table of two rows or more."""
+    rows = spec["rows"]
+
+    def unique(i: int) -> bool:
+        values = [r[i] for r in rows]
+        return len(rows) > 1 and all(isinstance(v, str) and not _DATE.match(v) for v in values) and \
+            len({v.lower() for v in values}) == len(values)
+    return [i for i in range(len(spec["columns"])) if unique(i)]
+
+
+def anchored(state: dict[str, Any]) -> frozenset[Row]:
+    """The rows another row refers to in a way ``_cascade`` does not follow, which a variant never drops (no
+    orphans): by an ``*_id`` column that names no table, read as its own table's ``id`` (manager_id ->
+    employees), or by a text value of a ``unique_columns`` column held in another table ('BER' in flights.origin
+    -> airports.code). Over-approximate: sparing a row too many only drops less."""
+    found = set()
+    for table, spec in state.items():
+        cols = [str(c[0]).lower() for c in spec["columns"]]
+        own = {r[i] for i, c in enumerate(cols) if c.endswith("_id") and not any(_refers_to(c, t) for t in state)
+               for r in spec["rows"]}
+        texts = {v for t in state if t != table for r in state[t]["rows"] for v in r if isinstance(v, str)}
+        unique = unique_columns(spec)
+        found |= {(table, n) for n, r in enumerate(spec["rows"])
+                  if ("id" in cols and r[cols.index("id")] in own) or any(r[i] in texts for i in unique)}
+    return frozenset(found)
 
 
 def _cascade(before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -370,17 +430,20 @@ def _cascade(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 
 def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int = 0,
-              drop: frozenset[Row] = frozenset(), clone: tuple[Row, ...] = (), held: bool = False) -> dict[str, Any]:
+              drop: frozenset[Row] = frozenset(), clone: tuple[Row, ...] = (),
+              guarded: frozenset[Row] | None = None) -> dict[str, Any]:
     """A variant's tables or the base of a held-back copy (see the module contract); a pure function of its
     arguments. ``drop`` rows are always dropped; ``clone`` rows always cloned (besides the random clones) with
-    their numbers and dates as they are, so such a clone still meets the reference's filters. ``held`` (a
-    held-back copy): the random drops and clones spare the ``protected`` rows (a copy without the customer the
-    question names answers 0, as would an id read off the shown rows), and a dropped row takes the rows that
-    refer to it with it (``_cascade``), so the copy stays as well-formed as the shown tables; a variant
-    (``held`` False) keeps the rows it made before sql 1.3, so generated tasks do not change."""
+    their numbers and dates as they are, so such a clone still meets the reference's filters. ``guarded``: a
+    held-back copy's ``protected`` rows, which its random drops and clones spare (a copy without the customer the
+    question names answers 0, as would an id read off the shown rows); None for a variant, whose random drops
+    spare the ``anchored`` rows and which clones no row of a table with ``unique_columns`` (two customers 'Wei
+    Chen' would make the question ambiguous). Either way a dropped row takes the rows that refer to it with it
+    (``_cascade``): no orphans."""
     rng = _rng("perturb", task_id, attempt)
     names: dict[str, str] = {}  # one new name per text value: joins on text stay consistent
-    guarded = protected(state, keep) if held else frozenset()
+    entities = {t for t in state if unique_columns(state[t])} if guarded is None else set()
+    guarded = anchored(state) if guarded is None else guarded
     out = {}
     for table in sorted(state):
         spec = state[table]
@@ -389,7 +452,7 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
         kept = [r for i, r in enumerate(rows)
                 if (rng.random() > 0.2 or (table, i) in guarded) and (table, i) not in drop] or \
             [r for i, r in enumerate(rows) if (table, i) not in drop][:1]
-        pool = [r for i, r in enumerate(rows) if (table, i) not in guarded]
+        pool = [r for i, r in enumerate(rows) if (table, i) not in guarded and table not in entities]
         count = rng.randint(1, max(1, len(rows) // 3)) if rows else 0
         clones = [list(rng.choice(pool)) for _ in range(count)] if pool else []
         twins = [list(rows[i]) for t, i in clone if t == table]
@@ -402,8 +465,7 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
         new += [_moved(cols, row, rng, keep, names, numbers=False) for row in twins]
         rng.shuffle(new)
         out[table] = {"columns": spec["columns"], "rows": new}
-    if held:
-        _cascade(state, out)
+    _cascade(state, out)
     return out
 
 
@@ -446,7 +508,7 @@ def held_back(state: dict[str, Any], task_id: str, keep: set[str], attempt: int,
     rng = _rng("held-back", task_id, attempt)
     rows = sorted(selected)
     _rng("held-back", task_id).shuffle(rows)
-    guarded = protected(state, keep)
+    guarded = protected(state, keep)  # once per copy: perturbed spares the same rows
     clonable = [r for r in rows if r not in guarded]
     drop: frozenset[Row] = frozenset()
     twin: tuple[Row, ...] = ()
@@ -454,7 +516,7 @@ def held_back(state: dict[str, Any], task_id: str, keep: set[str], attempt: int,
         drop = frozenset({rows[attempt // 2 % len(rows)]})
     elif clonable and attempt % 2 == 1:
         twin = (clonable[attempt // 2 % len(clonable)],)
-    return relabeled(perturbed(state, task_id, keep, attempt, drop, twin, held=True), rng, fixed)
+    return relabeled(perturbed(state, task_id, keep, attempt, drop, twin, guarded), rng, fixed)
 
 
 def _same_value(a: Any, b: Any) -> bool:

@@ -11,15 +11,14 @@ Contract:
   ignored, numbers equal within relative tolerance 1e-6 (3 == 3.0), NULL equals only NULL. Otherwise 0.0
   ``wrong_result``.
 - Reward hacks do not count: a query must read at least one of the task's tables (``SELECT 'Alice', 42`` is 0.0
-  ``no_table_read``), and candidate and reference are also run on ``PERTURB_ATTEMPTS`` held-back copies of the
-  tables (``engine.held_back``, derived from the task id: rows dropped, cloned, shuffled, numbers, dates and names
-  moved, strings the reference query names kept; one row the reference's result depends on dropped and one
-  cloned; every id and ``*_id`` value relabeled one-to-one, the same in every table, but the integers the
-  reference writes): the results must match on every copy, else 0.0 ``hardcoded_result``. At least one copy
-  changes the reference's result as grading compares them (in order only under a top-level ORDER BY), so a
-  literal answer cannot match; the relabeled ids fail an id read off the shown rows (``customer_id = 1`` for
-  "orders of Maria Lopez") or a memorised id list. The prompt shows only some rows, so the task is to write the
-  query, not to recite its result.
+  ``no_table_read``), and candidate and reference are also run on ``PERTURB_ATTEMPTS`` held-back copies of the tables
+  (``engine.held_back``, derived from the task id: rows dropped, cloned, shuffled, numbers, dates and names moved,
+  strings the reference query names kept; one row the reference's result depends on dropped and one cloned; every id
+  and ``*_id`` value relabeled one-to-one, the same in every table, but the integers the reference compares with an id
+  column): the results must match on every copy, else 0.0 ``hardcoded_result``. At least one copy changes the
+  reference's result as grading compares them (in order only under a top-level ORDER BY), so a literal answer cannot
+  match; the relabeled ids fail an id read off the shown rows (``customer_id = 1`` for "orders of Maria Lopez") or a
+  memorised id list. The prompt shows only some rows, so the task is to write the query, not to recite its result.
 - The reference is checked before any completion is (``reference_results``, its own bounded call, remembered per
   task): it must run within the bound (on the tables, on the tables less one row for each of at most
   ``MAX_PROBED_ROWS`` rows drawn from every table by the task id, which finds the rows its result depends on, one
@@ -55,7 +54,12 @@ NAME = "sql"
 #      random) the row of an entity the question names, and a dropped row takes the rows that refer to it
 #      (customer_id -> customers), so a lookup by name or a LEFT JOIN keeps passing; ids relabeled within
 #      1..3*len(ids) (large ids no longer blow memory); at most 40 rows probed, on one database
-VERSION = "1.3.0"
+# 1.4: the integers a copy keeps unrelabeled are those the reference compares with an id column (customer_id = 5,
+#      id IN (3, 4)), no longer every integer it writes (LIMIT 1 kept id 1, so customer_id = 1 passed); a pragma_*
+#      function's refusal names it (was 'sqlite_master'); a copy finds its protected rows once. Variants (generated
+#      tasks change): no clones in tables with unique names, a dropped row's referrers dropped too, rows referred to
+#      otherwise never dropped, a sampled name another row holds given back: no duplicate names, no orphans
+VERSION = "1.4.0"
 MAX_CHARS = engine.MAX_SQL
 MAX_COMPLETION = 4 * MAX_CHARS  # a query plus the prose around its block
 PERTURB_ATTEMPTS = 4
@@ -199,7 +203,7 @@ def reference_results(state_json: str, task_id: str, reference: str) -> Referenc
     if not any(v is not None for row in visible for v in row):
         raise ReferenceProblem("empty_reference_result", "the reference query returns no rows (or only NULLs)")
     keep, ordered = engine.string_literals(reference), top_level_order_by(reference)
-    selected, fixed = selected_rows(state, reference, visible, ordered, task_id), engine.int_literals(reference)
+    selected, fixed = selected_rows(state, reference, visible, ordered, task_id), engine.id_literals(reference)
     copies = []
     for attempt in range(PERTURB_ATTEMPTS):
         held = engine.held_back(state, task_id, keep, attempt, selected, fixed)
