@@ -229,6 +229,40 @@ def test_the_same_command_line_still_matches(reference: str, completion: str) ->
     assert cli.verify(cli_task(reference), completion).reward == 1.0
 
 
+@pytest.mark.parametrize(("reference", "completion"), [
+    ("find . -type f -name '*.log'", "find . -name '*.log' -type f"),
+    ("find . -type f -name '*.log'", "find . -name '*.log' -a -type f"),
+    ("find /srv -name '*.log' -mtime +7 -delete", "find /srv -mtime +7 -name '*.log' -delete"),
+    ("find . ! -name a -type f", "find . -type f -not -name a"),
+    ("find . -maxdepth 1 -type d", "find . -type d -maxdepth 1"),
+    ("find . -type f -name a -o -type d -name b", "find . -name a -type f -o -name b -type d"),
+    ("head -n 20 report.csv", "head --lines=20 report.csv"), ("head -n 20 report.csv", "head -20 report.csv"),
+    ("tail -n 20 app.log", "tail -20 app.log"), ("tail -n 20 app.log", "tail --lines 20 app.log"),
+    ("git log --oneline -n 5", "git log --oneline -5"), ("git log --oneline -n 5", "git log --max-count=5 --oneline"),
+    ("ls -a", "ls --all"), ("ls -la /var/log", "ls --all -l /var/log"),
+    ("tar -czf backup.tar.gz docs", "tar czf backup.tar.gz docs"), ("tar -xzf logs.tar.gz", "tar xzf logs.tar.gz"),
+    ("tar -czf backup.tar.gz docs", "tar cfz backup.tar.gz docs"),  # old style: f takes the next word, not z
+    ("tar -czf backup.tar.gz docs", "tar --create --gzip --file=backup.tar.gz docs"),
+])
+def test_an_equivalent_spelling_matches(reference: str, completion: str) -> None:
+    assert cli.verify(cli_task(reference), completion).reward == 1.0  # 0.0 (wrong_command) before 1.4
+
+
+@pytest.mark.parametrize(("reference", "completion"), [
+    ("find . -name a -o -type f", "find . -type f -o -name a"),  # across -o
+    ("find . -name a -delete", "find . -delete -name a"),  # across an action
+    ("find . -name a -exec rm {} + -type f", "find . -type f -name a -exec rm {} +"),
+    ("find . ! -name a -type f", "find . ! -type f -name a"),  # ! stays with its test
+    ("find . \\( -name a -o -name b \\) -type f", "find . -type f \\( -name a -o -name b \\)"),  # parentheses stay
+    ("find . -daystart -mtime 1 -name a", "find . -mtime 1 -daystart -name a"),  # -daystart changes what follows
+    ("find a b -name x", "find b a -name x"),
+    ("tar -czf backup.tar.gz docs", "tar czf docs backup.tar.gz"),
+    ("head -n 20 report.csv", "head -c 20 report.csv"), ("ls -a", "ls -A"),
+])
+def test_reordering_find_or_spelling_options_keeps_the_meaning(reference: str, completion: str) -> None:
+    assert cli.verify(cli_task(reference), completion).failure_class == "wrong_command"
+
+
 def test_every_cli_seed_reference_matches_itself() -> None:
     from flywheel.tasks.data.generate import candidate
 
@@ -239,4 +273,4 @@ def test_every_cli_seed_reference_matches_itself() -> None:
 
 
 def test_versions_say_what_changed() -> None:
-    assert (tool_call.VERSION, workplace.VERSION, cli.VERSION) == ("1.2.0", "1.2.0", "1.3.0")
+    assert (tool_call.VERSION, workplace.VERSION, cli.VERSION) == ("1.2.0", "1.2.0", "1.4.0")

@@ -9,10 +9,16 @@ Contract (pure functions of the tokens):
   with it first (``-n 5``, ``-n5``, and in a short cluster the rest of the cluster or the next word:
   ``tar -czf A`` is ``-c -z -f=A``, ``tar -cfz A`` is ``-c -f=z`` then ``A``), so options reorder freely but a
   value never moves to another option. Short clusters are split for ``CLUSTERED`` commands (``-rf`` == ``-f -r``);
-  after ``--`` every word is an argument. ``git``/``systemctl`` are known per subcommand.
-- Any other command (``find``, whose primaries are an ordered expression, ``lsof``, ``ssh``, unknown tools) is
-  compared word for word: no reordering at all, so ``find . -name X -mtime Y`` is not ``find . -mtime X -name Y``
-  (nor, conservatively, ``find . -mtime Y -name X``).
+  after ``--`` every word is an argument. ``git``/``systemctl`` are known per subcommand. A long option with a
+  short twin is that twin (``ALIASES``: ``ls --all`` is ``-a``, ``head --lines=20`` is ``-n 20``); ``-20`` is
+  ``-n 20`` for ``NUMERIC_COUNT`` commands; an old-style ``tar czf A DIR`` is ``tar -c -z -f A DIR`` (each
+  value-taking letter takes the next word in turn).
+- ``find`` (``find_form``): its -H/-L/-P options and start paths in order, then its expression, where each run of
+  tests joined by AND (implicit, ``-a``) is sorted, a ``!`` moving with its test; operators (``-o``, ``,``),
+  parentheses, actions (``-delete``, ``-exec ... ;``, ``-print``) and ``-daystart``/``-follow`` stay in place.
+  A test keeps its own value: ``find . -name X -mtime Y`` is not ``find . -mtime X -name Y``. A word it does not
+  know makes the whole command compared word for word.
+- Any other command (``lsof``, ``ssh``, unknown tools) is compared word for word: no reordering at all.
 """
 
 from __future__ import annotations
@@ -54,8 +60,35 @@ GRAMMAR: dict[str, frozenset[str]] = {name: frozenset(flags.split()) for name, f
     "systemctl restart": "", "systemctl status": "-n --lines -o --output", "systemctl start": "",
     "systemctl stop": "", "systemctl enable": "", "systemctl disable": "", "systemctl reload": "",
 }.items()}
+# Long options spelled as their short twin (``ls --all`` is ``ls -a``, ``head --lines=20`` is ``head -n 20``).
+_COUNTS = {"--lines": "-n", "--bytes": "-c"}
+ALIASES: dict[str, dict[str, str]] = {
+    "ls": {"--all": "-a", "--almost-all": "-A", "--human-readable": "-h", "--recursive": "-R", "--reverse": "-r"},
+    "head": _COUNTS, "tail": {**_COUNTS, "--follow": "-f"}, "git log": {"--max-count": "-n"},
+    "rm": {"--recursive": "-r", "-R": "-r", "--force": "-f"}, "cp": {"--recursive": "-r", "-R": "-r"},
+    "mkdir": {"--parents": "-p"}, "du": {"--summarize": "-s", "--human-readable": "-h", "--max-depth": "-d"},
+    "grep": {"--recursive": "-r", "--count": "-c", "--ignore-case": "-i", "--line-number": "-n",
+             "--invert-match": "-v", "--regexp": "-e", "--files-with-matches": "-l", "--word-regexp": "-w"},
+    "tar": {"--create": "-c", "--extract": "-x", "--list": "-t", "--gzip": "-z", "--file": "-f", "--verbose": "-v",
+            "--bzip2": "-j", "--xz": "-J", "--directory": "-C"},
+    "chmod": {"--recursive": "-R"}, "chown": {"--recursive": "-R"},
+}
+NUMERIC_COUNT = {"head", "tail", "git log"}  # ``-20`` is ``-n 20``
+TAR_FUNCTIONS = set("AcdrtuxP")  # an old-style bundle (``tar czf A DIR``) names one of these
 SUBCOMMANDS = {"git", "systemctl"}
 WRAPPERS = ("sudo", "doas", "command", "env", "nohup")
+# find: its tests and how many words each takes (``-newerXY`` takes one too). Tests joined by AND commute; operators,
+# parentheses, actions and the options that change the tests after them (``-daystart``, ``-follow``) do not.
+FIND_TESTS = {**dict.fromkeys("-name -iname -path -ipath -wholename -iwholename -regex -iregex -regextype -type "
+                              "-xtype -mtime -mmin -atime -amin -ctime -cmin -used -size -perm -user -group -uid -gid "
+                              "-newer -anewer -cnewer -links -inum -samefile -fstype -maxdepth -mindepth -lname "
+                              "-ilname".split(), 1),
+              **dict.fromkeys("-empty -readable -writable -executable -nouser -nogroup -true -false -xdev -mount "
+                              "-depth -noleaf".split(), 0)}
+FIND_OTHERS = {**dict.fromkeys("-o -or , ( ) ! -not -delete -print -print0 -ls -prune -quit -daystart -follow"
+                               .split(), 0), "-printf": 1, "-fprint": 1, "-fprint0": 1, "-fls": 1, "-fprintf": 2}
+FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}  # their command runs to ``;`` or ``+``
+FIND_SPELLINGS = {"-not": "!", "-or": "-o"}
 
 Form = tuple[Any, ...]
 
@@ -111,7 +144,10 @@ def known_form(name: str, words: list[str]) -> Form:
             arguments.append("--")
             arguments.extend(words[i + 1:])
             break
-        if token.startswith("--") and "=" in token:
+        if name in NUMERIC_COUNT and token[:1] == "-" and token[1:].isdigit():
+            options.append(("-n", token[1:]))
+            i += 1
+        elif token.startswith("--") and "=" in token:
             flag, value = token.split("=", 1)
             options.append((flag, value))
             i += 1
@@ -124,6 +160,8 @@ def known_form(name: str, words: list[str]) -> Form:
         else:
             arguments.append(token)
             i += 1
+    aliases = ALIASES.get(name, {})
+    options = [(aliases.get(flag, flag), value) for flag, value in options]
     return name, tuple(sorted(options, key=repr)), tuple(arguments)
 
 
@@ -132,9 +170,63 @@ def command_form(raw: list[str]) -> Form:
     if not cmd:
         return ()
     name, words = _name(cmd)
+    if name == "tar" and words and words[0].isalpha() and TAR_FUNCTIONS & set(words[0]):
+        words = _tar_bundle(words)
     if name in GRAMMAR:
         return known_form(name, words)
+    if name == "find":
+        return find_form(words) or ("words", tuple(cmd))
     return ("words", tuple(cmd))
+
+
+def _tar_bundle(words: list[str]) -> list[str]:
+    """An old-style ``tar czf A DIR`` as ``-c -z -f A DIR``: each value-taking letter takes the next word in turn."""
+    out, rest = [], words[1:]
+    for letter in words[0]:
+        out.append(f"-{letter}")
+        if f"-{letter}" in GRAMMAR["tar"] and rest:
+            out.append(rest.pop(0))
+    return out + rest
+
+
+def find_form(words: list[str]) -> Form | None:
+    """``find``'s form: its -H/-L/-P options, its start paths, then its expression with each run of tests joined by
+    AND (implicit, ``-a`` or ``-and``) sorted, a ``!`` moving with its test; None for a word it does not know."""
+    i = 0
+    while i < len(words) and words[i] in ("-H", "-L", "-P"):
+        i += 1
+    start = i
+    while i < len(words) and words[i][:1] not in ("-", "!", "(", ")", ","):
+        i += 1
+    head, paths = tuple(words[:start]), tuple(words[start:i])
+    expression: list[Any] = []
+    run: list[Any] = []
+    while i < len(words):
+        unit, i = _find_unit(words, i)
+        if unit is None:
+            return None
+        if unit[0] in FIND_TESTS or (unit[0] == "!" and len(unit) > 1):
+            run.append(unit)
+        elif unit[0] not in ("-a", "-and"):
+            expression += [*sorted(run), unit]
+            run = []
+    return "find", head, paths, tuple(expression + sorted(run))
+
+
+def _find_unit(words: list[str], i: int) -> tuple[Any, int]:
+    """The unit of a find expression at ``words[i]`` (a test or action with its words, ``!`` with the test it
+    negates, an operator) and the index after it; None for a word find_form does not know."""
+    word = FIND_SPELLINGS.get(words[i], words[i])
+    if word == "!" and i + 1 < len(words) and (words[i + 1] in FIND_TESTS or words[i + 1].startswith("-newer")):
+        test, after = _find_unit(words, i + 1)
+        return ("!", *test), after
+    if word in FIND_EXEC:
+        end = next((k for k in range(i + 1, len(words)) if words[k] in (";", "+")), len(words) - 1)
+        return tuple(words[i:end + 1]), end + 1
+    count = FIND_TESTS.get(word, FIND_OTHERS.get(word, 1 if word.startswith("-newer") else None))
+    if count is None and word not in ("-a", "-and"):
+        return None, i + 1
+    return (word, *words[i + 1:i + 1 + (count or 0)]), i + 1 + (count or 0)
 
 
 def line_form(commands: list[list[str]], operators: list[str]) -> Form:
