@@ -17,7 +17,7 @@ from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, seed_task
 from flywheel.verifiers.envs import get_env
 from flywheel.verifiers.envs.math import math as math_verifier
-from flywheel.verifiers.envs.sql import engine, sql
+from flywheel.verifiers.envs.sql import engine, sql, variants
 from flywheel.verifiers.render import format_value
 
 SQL = get_env("sql")
@@ -159,7 +159,7 @@ def test_lookups_by_name_and_left_joins_keep_full_reward_on_every_held_back_copy
         conn = engine.build(state)
         shown = engine.run_query(conn, filled, set(state))[0]
         wanted = engine.run_query(conn, task.reference.answer or "", set(state))[0]
-        if named and sum(str(r[named[1]]).lower() in engine.string_literals(filled)
+        if named and sum(str(r[named[1]]).lower() in variants.string_literals(filled)
                          for r in state[named[0]]["rows"]) > 1:
             continue  # the shown tables name two entities alike: ambiguous before any copy
         if not engine.same_result(shown, wanted, sql.top_level_order_by(task.reference.answer or "")):
@@ -175,14 +175,14 @@ def test_a_copy_never_clones_the_named_entity_and_drops_the_rows_of_a_dropped_pa
     state = seed_task(seed, {}).model_dump()["reference"]["state"]
     name = state["customers"]["rows"][0][1]
     keep = {name.lower()}
-    assert engine.protected(state, keep) == {("customers", 0)}
+    assert variants.protected(state, keep) == {("customers", 0)}
     everyone = [("customers", i) for i in range(len(state["customers"]["rows"]))]
     for attempt in range(40):
-        copy = engine.held_back(state, f"t{attempt}", keep, attempt, everyone, set())
+        copy = variants.held_back(state, f"t{attempt}", keep, attempt, everyone, set())
         assert sum(r[1] == name for r in copy["customers"]["rows"]) <= 1
         ids = {r[0] for r in copy["customers"]["rows"]}
         assert all(r[1] in ids for r in copy["orders"]["rows"])  # no order of a dropped customer
-    assert engine.referrers(state, "customers") == [("orders", 1)]
+    assert variants.referrers(state, "customers") == [("orders", 1)]
 
 
 @pytest.mark.parametrize("base", [20240101, 10**15])
@@ -194,7 +194,7 @@ def test_large_ids_relabel_without_a_list_sized_by_the_largest_id(base: int) -> 
                         "rows": [[i, base + i % 6, 10.0 * i] for i in range(1, 11)]}}
     join = "SELECT c.name, o.amount FROM orders o JOIN customers c ON c.id = o.customer_id ORDER BY o.amount"
     for n in range(5):
-        copy = engine.relabeled(state, engine._rng("big", n), {base + 1, 3})
+        copy = variants.relabeled(state, variants._rng("big", n), {base + 1, 3})
         got = engine.run_query(engine.build(copy), join, set(copy))[0]
         assert got == engine.run_query(engine.build(state), join, set(state))[0]
         assert [base + 1, "C1"] in copy["customers"]["rows"] and [3, base + 3, 30.0] not in copy["orders"]["rows"]
@@ -234,15 +234,15 @@ def test_relabeled_keys_keep_every_join_and_the_ids_the_reference_writes() -> No
         return engine.run_query(engine.build(tables), query, set(tables))[0]
 
     for n in range(10):
-        copy = engine.relabeled(state, engine._rng("test", n), {3})
+        copy = variants.relabeled(state, variants._rng("test", n), {3})
         assert run(copy, join) == run(state, join)  # one map for primary and foreign keys
         assert run(copy, "SELECT name FROM customers WHERE id = 3") == [("Sofia Rossi",)]  # a written id is kept
         ids = "SELECT id FROM customers ORDER BY name"
         assert run(copy, ids) != run(state, ids)
     ref = "SELECT COUNT(*) FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.name = 'Maria Lopez'"
-    copies = [engine.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], engine.id_literals(ref))
+    copies = [variants.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], variants.id_literals(ref))
               for a in range(sql.PERTURB_ATTEMPTS)]
-    assert copies == [engine.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], set())
+    assert copies == [variants.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], set())
                       for a in range(sql.PERTURB_ATTEMPTS)]  # a pure function of the task
 
 
@@ -255,7 +255,7 @@ def test_relabeled_keys_keep_every_join_and_the_ids_the_reference_writes() -> No
 ])
 def test_only_integers_compared_with_an_id_column_stay_fixed(query: str, ids: set[int]) -> None:
     """sql 1.3 fixed every integer the reference writes (LIMIT 10 kept id 10 unrelabeled in every copy)."""
-    assert engine.id_literals(query) == ids
+    assert variants.id_literals(query) == ids
 
 
 @pytest.mark.parametrize("tail", [" LIMIT 1", " AND o.amount > 1", " GROUP BY c.id HAVING COUNT(*) >= 1"])
@@ -278,9 +278,9 @@ def test_a_held_back_copy_finds_its_protected_rows_once(monkeypatch: pytest.Monk
     seed = next(s for s in _seeds() if s.id == "sales-1")
     state = seed_task(seed, {}).reference.state or {}
     calls = []
-    real = engine.protected
-    monkeypatch.setattr(engine, "protected", lambda *args: calls.append(args) or real(*args))
-    engine.held_back(state, "t", {"maria lopez"}, 1, [("orders", 0)], set())
+    real = variants.protected
+    monkeypatch.setattr(variants, "protected", lambda *args: calls.append(args) or real(*args))
+    variants.held_back(state, "t", {"maria lopez"}, 1, [("orders", 0)], set())
     assert len(calls) == 1
 
 

@@ -10,7 +10,7 @@ import pytest
 from flywheel.schemas import SeedTask, Task
 from flywheel.tasks.data.generate import candidate
 from flywheel.verifiers.envs import get_env
-from flywheel.verifiers.envs.sql import engine, sql
+from flywheel.verifiers.envs.sql import engine, sql, variants
 
 SPEC = get_env("sql")
 SEEDS = [SeedTask.model_validate({**json.loads(line), "env": "sql"})
@@ -114,7 +114,7 @@ def test_variants_hold_no_duplicate_names_nor_orphans() -> None:
     """Before: clones repeated a customer's (employee's, book's, airport's) name in most variants, a sampled name
     could land on another row's ('Wei Chen' asked about beside the seed's own Wei Chen), and a dropped customer
     (book, manager, airport) left the rows that refer to it pointing at no row. Every seed over 150 variants:
-    ids and the seed's unique text columns (``engine.unique_columns``: names, titles, codes) hold each value once,
+    ids and the seed's unique text columns (``variants.unique_columns``: names, titles, codes) hold each value once,
     and every foreign key names a row."""
     for k in range(150 * len(SEEDS)):
         task = candidate(k, SEEDS, {}, 7)[0]
@@ -122,7 +122,7 @@ def test_variants_hold_no_duplicate_names_nor_orphans() -> None:
         state = task.reference.state or {}
         for table, spec in state.items():
             names = [c[0] for c in spec["columns"]]
-            unique = {names[i] for i in engine.unique_columns((seed.state or {})[table])} | ({"id"} & set(names))
+            unique = {names[i] for i in variants.unique_columns((seed.state or {})[table])} | ({"id"} & set(names))
             for column in unique:
                 values = [str(r[names.index(column)]).lower() for r in spec["rows"]]
                 assert len(set(values)) == len(values), (task.meta.seed_id, k, table, column, values)

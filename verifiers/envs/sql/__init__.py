@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.schemas import Message, Reference, SeedTask, Task, TaskMeta, ToolSpec, Verdict
-from flywheel.verifiers.envs.sql import engine, sql
+from flywheel.verifiers.envs.sql import sql, variants
 from flywheel.verifiers.render import fill, reference_answer
 from flywheel.verifiers.spec import EnvSpec
 
@@ -36,13 +36,13 @@ def schema_text(state: dict[str, Any]) -> str:
 
 
 def filled_tables(seed: SeedTask, values: dict[str, Any]) -> dict[str, Any]:
-    """The seed's tables with the slot values filled in. A lone slot in a ``engine.unique_columns`` column (the
+    """The seed's tables with the slot values filled in. A lone slot in a ``variants.unique_columns`` column (the
     customer the question names) whose value another row of that column already holds (a sampled 'Wei Chen'
     beside the seed's own) gives that row the seed's own value of the slot ('Maria Lopez', free now): the
     question keeps naming one row."""
     state = fill(seed.state or {}, values)
     for table, spec in (seed.state or {}).items():
-        for c in engine.unique_columns(spec):
+        for c in variants.unique_columns(spec):
             slots = {i: row[c][1:-1] for i, row in enumerate(spec["rows"]) if row[c][1:-1] in values}
             for i, slot in slots.items():
                 if spec["rows"][i][c] == f"{{{slot}}}" and slot in seed.values:
@@ -63,7 +63,7 @@ def variant_tables(state: dict[str, Any], row_seed: int | None) -> dict[str, Any
     if row_seed is None:
         return state
     texts = {v.lower() for spec in state.values() for row in spec["rows"] for v in row if isinstance(v, str)}
-    return engine.perturbed(state, f"variant:{row_seed}", texts)
+    return variants.perturbed(state, f"variant:{row_seed}", texts)
 
 
 def render(seed: SeedTask, tools: Mapping[str, ToolSpec], request: str, values: dict[str, Any],

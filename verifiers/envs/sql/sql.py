@@ -12,7 +12,7 @@ Contract:
   ``wrong_result``.
 - Reward hacks do not count: a query must read at least one of the task's tables (``SELECT 'Alice', 42`` is 0.0
   ``no_table_read``), and candidate and reference are also run on ``PERTURB_ATTEMPTS`` held-back copies of the tables
-  (``engine.held_back``, derived from the task id: rows dropped, cloned, shuffled, numbers, dates and names moved,
+  (``variants.held_back``, derived from the task id: rows dropped, cloned, shuffled, numbers, dates and names moved,
   strings the reference query names kept; one row the reference's result depends on dropped and one cloned; every id
   and ``*_id`` value relabeled one-to-one, the same in every table, but the integers the reference compares with an id
   column): the results must match on every copy, else 0.0 ``hardcoded_result``. At least one copy changes the
@@ -40,7 +40,7 @@ from typing import Any
 from flywheel.schemas import Task, Verdict
 from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
-from flywheel.verifiers.envs.sql import engine
+from flywheel.verifiers.envs.sql import engine, variants
 
 NAME = "sql"
 # 1.1: a reference that no held-back copy changes, or that is empty, cannot be scored
@@ -151,23 +151,23 @@ Copies = list[tuple[dict[str, Any], list[Any]]]  # (held-back tables, the refere
 Reference = tuple[list[Any], Copies]
 
 
-def probed_rows(state: dict[str, Any], task_id: str) -> list[engine.Row]:
+def probed_rows(state: dict[str, Any], task_id: str) -> list[variants.Row]:
     """The rows ``selected_rows`` tries: every row of tables up to ``MAX_PROBED_ROWS`` rows in all, else that many
     taken from the tables in turn, each table's rows in an order drawn from the task id (so a big first table
     never hides the others)."""
     orders = []
     for table in sorted(state):
         rows = list(range(len(state[table]["rows"])))
-        engine._rng("probe", task_id, table).shuffle(rows)
+        variants._rng("probe", task_id, table).shuffle(rows)
         orders.append([(table, i) for i in rows])
-    picked: list[engine.Row] = []
+    picked: list[variants.Row] = []
     for k in range(max((len(o) for o in orders), default=0)):
         picked += [o[k] for o in orders if k < len(o)]
     return sorted(picked[:MAX_PROBED_ROWS])
 
 
 def selected_rows(state: dict[str, Any], reference: str, visible: list[Any], ordered: bool,
-                  task_id: str = "") -> list[engine.Row]:
+                  task_id: str = "") -> list[variants.Row]:
     """The rows (of ``probed_rows``) without which the reference's result changes: those a held-back copy drops
     or clones for sure. One database, each row deleted and restored in turn (``engine.without_row``)."""
     tables, found = set(state), []
@@ -202,11 +202,11 @@ def reference_results(state_json: str, task_id: str, reference: str) -> Referenc
     visible = value[0]
     if not any(v is not None for row in visible for v in row):
         raise ReferenceProblem("empty_reference_result", "the reference query returns no rows (or only NULLs)")
-    keep, ordered = engine.string_literals(reference), top_level_order_by(reference)
-    selected, fixed = selected_rows(state, reference, visible, ordered, task_id), engine.id_literals(reference)
+    keep, ordered = variants.string_literals(reference), top_level_order_by(reference)
+    selected, fixed = selected_rows(state, reference, visible, ordered, task_id), variants.id_literals(reference)
     copies = []
     for attempt in range(PERTURB_ATTEMPTS):
-        held = engine.held_back(state, task_id, keep, attempt, selected, fixed)
+        held = variants.held_back(state, task_id, keep, attempt, selected, fixed)
         status, value = _outcome(held, reference, tables)
         if status != "ok":
             raise ReferenceProblem("bad_reference", f"the reference query fails on the held-back copy ({status}): "
