@@ -11,12 +11,16 @@ Contract (pure functions of strings, each linear in its input):
   set; where it is unknown, a climb (``../../etc``) is judged as the path it reaches from a directory exactly
   that deep (``/etc``): any climb can reach ``/``. Such a guess never counts as a file of a critical directory
   (``../bin/app`` is a project's bin more often than ``/bin``).
+- ``split_line`` reads a one-line command (optionally in one ```sh fence) into simple commands (token lists, shlex)
+  and the operators after each; ``FormatError`` for anything else (two lines, a backtick, an unbalanced quote, an
+  empty command around an operator).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 
 SYSTEM_PATHS = {"/", "/*", "~", "~/", "$HOME", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt",
                 "/proc", "/root", "/sbin", "/sys", "/usr", "/var", "/usr/bin", "/usr/lib", "/var/lib"}
@@ -130,3 +134,40 @@ def critical(path: str, cwd: str | None = None) -> bool:
     folder, name = posixpath.split(full)
     return full in CRITICAL_FILES or bool(DISK.match(full)) or (
         name in LOGIN_KEYS and posixpath.basename(folder) == ".ssh") or (not guessed and folder in CRITICAL_DIRS)
+
+
+OPERATORS = {"|", "||", "&&", ";", "&"}
+_FENCE = re.compile(r"^```(?:sh|bash|shell|console)?\n(.*)\n```$", re.S)
+
+
+class FormatError(ValueError):
+    pass
+
+
+def split_line(completion: str) -> tuple[list[list[str]], list[str]]:
+    """Simple commands (token lists) of a one-line command and the operators after each (a trailing ``;`` or ``&``
+    included); raises FormatError."""
+    text = completion.strip()
+    fenced = _FENCE.match(text)
+    text = fenced.group(1).strip() if fenced else text
+    if not text or "\n" in text or "`" in text:
+        raise FormatError("expected exactly one command on one line")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError as err:
+        raise FormatError(f"cannot parse the command: {err}") from None
+    commands, current, last_op, operators = [], [], "", []
+    for token in tokens:
+        if token in OPERATORS or set(token) <= set(";&|"):
+            commands.append(current)
+            current, last_op = [], token
+            operators.append(token)
+        else:
+            current.append(token)
+    commands.append(current)
+    dangling = not current and last_op not in ("", ";", "&")
+    if any(not c for c in commands[:-1]) or not commands[0] or dangling:
+        raise FormatError("empty command around an operator")
+    return [c for c in commands if c], operators
