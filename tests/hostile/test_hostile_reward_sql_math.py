@@ -17,7 +17,7 @@ from flywheel.tasks.data.generate import candidate
 from flywheel.tasks.data.seeds import env_paths, load_seeds, seed_task
 from flywheel.verifiers.envs import get_env
 from flywheel.verifiers.envs.math import math as math_verifier
-from flywheel.verifiers.envs.sql import engine, sql, variants
+from flywheel.verifiers.envs.sql import engine, literals, sql, variants
 from flywheel.verifiers.render import format_value
 
 SQL = get_env("sql")
@@ -159,7 +159,7 @@ def test_lookups_by_name_and_left_joins_keep_full_reward_on_every_held_back_copy
         conn = engine.build(state)
         shown = engine.run_query(conn, filled, set(state))[0]
         wanted = engine.run_query(conn, task.reference.answer or "", set(state))[0]
-        if named and sum(str(r[named[1]]).lower() in variants.string_literals(filled)
+        if named and sum(str(r[named[1]]).lower() in literals.string_literals(filled)
                          for r in state[named[0]]["rows"]) > 1:
             continue  # the shown tables name two entities alike: ambiguous before any copy
         if not engine.same_result(shown, wanted, sql.top_level_order_by(task.reference.answer or "")):
@@ -240,7 +240,7 @@ def test_relabeled_keys_keep_every_join_and_the_ids_the_reference_writes() -> No
         ids = "SELECT id FROM customers ORDER BY name"
         assert run(copy, ids) != run(state, ids)
     ref = "SELECT COUNT(*) FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.name = 'Maria Lopez'"
-    copies = [variants.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], variants.id_literals(ref))
+    copies = [variants.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], literals.id_literals(ref))
               for a in range(sql.PERTURB_ATTEMPTS)]
     assert copies == [variants.held_back(state, task.id, {"maria lopez"}, a, [("orders", 0)], set())
                       for a in range(sql.PERTURB_ATTEMPTS)]  # a pure function of the task
@@ -255,7 +255,7 @@ def test_relabeled_keys_keep_every_join_and_the_ids_the_reference_writes() -> No
 ])
 def test_only_integers_compared_with_an_id_column_stay_fixed(query: str, ids: set[int]) -> None:
     """sql 1.3 fixed every integer the reference writes (LIMIT 10 kept id 10 unrelabeled in every copy)."""
-    assert variants.id_literals(query) == ids
+    assert literals.id_literals(query) == ids
 
 
 @pytest.mark.parametrize("tail", [" LIMIT 1", " AND o.amount > 1", " GROUP BY c.id HAVING COUNT(*) >= 1"])

@@ -13,12 +13,15 @@ Contract:
 - Reward hacks do not count: a query must read at least one of the task's tables (``SELECT 'Alice', 42`` is 0.0
   ``no_table_read``), and candidate and reference are also run on ``PERTURB_ATTEMPTS`` held-back copies of the tables
   (``variants.held_back``, derived from the task id: rows dropped, cloned, shuffled, numbers, dates and names moved,
-  strings the reference query names kept; one row the reference's result depends on dropped and one cloned; every id
-  and ``*_id`` value relabeled one-to-one, the same in every table, but the integers the reference compares with an id
-  column): the results must match on every copy, else 0.0 ``hardcoded_result``. At least one copy changes the
-  reference's result as grading compares them (in order only under a top-level ORDER BY), so a literal answer cannot
-  match; the relabeled ids fail an id read off the shown rows (``customer_id = 1`` for "orders of Maria Lopez") or a
-  memorised id list. The prompt shows only some rows, so the task is to write the query, not to recite its result.
+  strings the reference query names kept; one row the reference's result depends on dropped and one cloned as a new
+  entity; every id and ``*_id`` value relabeled one-to-one, the same in every table, but the integers the reference
+  compares with an id column), plus, when no copy's result has more rows than the shown one, a grown copy
+  (``variants.grown``: one such row cloned as a new entity into the shown tables) whose result has more: the
+  results must match on every copy, else 0.0 ``hardcoded_result`` (the reference plus LIMIT <rows shown> fails).
+  At least one copy changes the reference's result as grading compares them (in order only under a top-level
+  ORDER BY), so a literal answer cannot match; the relabeled ids fail an id read off the shown rows (``customer_id =
+  1`` for "orders of Maria Lopez") or a memorised id list. The prompt shows only some rows, so the task is to write
+  the query, not to recite its result.
 - The reference is checked before any completion is (``reference_results``, its own bounded call, remembered per
   task): it must run within the bound (on the tables, on the tables less one row for each of at most
   ``MAX_PROBED_ROWS`` rows drawn from every table by the task id, which finds the rows its result depends on, one
@@ -40,7 +43,7 @@ from typing import Any
 from flywheel.schemas import Task, Verdict
 from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
-from flywheel.verifiers.envs.sql import engine, variants
+from flywheel.verifiers.envs.sql import engine, literals, variants
 
 NAME = "sql"
 # 1.1: a reference that no held-back copy changes, or that is empty, cannot be scored
@@ -59,10 +62,16 @@ NAME = "sql"
 #      function's refusal names it (was 'sqlite_master'); a copy finds its protected rows once. Variants (generated
 #      tasks change): no clones in tables with unique names, a dropped row's referrers dropped too, rows referred to
 #      otherwise never dropped, a sampled name another row holds given back: no duplicate names, no orphans
-VERSION = "1.4.0"
+# 1.5: a copy's clone of a row the result depends on is a new entity (fresh id and text, with the rows that refer to
+#      it), and when no copy's result has more rows than the shown one a grown copy (that row cloned into the shown
+#      tables) is added, so the reference plus LIMIT <rows shown> fails (it passed 18 of 40 generated tasks); a random
+#      clone of an entity row gets fresh text in its unique columns (two airports 'DUB' failed an honest IN lookup);
+#      id_literals reads IS, (5), +5, 5 IN (id) and every id inside a BETWEEN of at most 100
+VERSION = "1.5.0"
 MAX_CHARS = engine.MAX_SQL
 MAX_COMPLETION = 4 * MAX_CHARS  # a query plus the prose around its block
 PERTURB_ATTEMPTS = 4
+GROWTH_TRIES = 8  # rows tried for a grown copy (variants.grown) when no held-back copy grows the result
 MAX_PROBED_ROWS = 40  # rows tried one by one for the reference's dependence on them (probed_rows)
 LIMITS = bounds.Limits(cpu_s=4, wall_s=12.0, memory_bytes=1 << 30, warm=("flywheel.verifiers.envs.sql.engine",))
 _FENCE = re.compile(r"```[ \t]*(?:(?:sql|sqlite)[ \t]*)?\n(.*?)```", re.S | re.I)  # no two adjacent [ \t]*
@@ -202,8 +211,8 @@ def reference_results(state_json: str, task_id: str, reference: str) -> Referenc
     visible = value[0]
     if not any(v is not None for row in visible for v in row):
         raise ReferenceProblem("empty_reference_result", "the reference query returns no rows (or only NULLs)")
-    keep, ordered = variants.string_literals(reference), top_level_order_by(reference)
-    selected, fixed = selected_rows(state, reference, visible, ordered, task_id), variants.id_literals(reference)
+    keep, ordered = literals.string_literals(reference), top_level_order_by(reference)
+    selected, fixed = selected_rows(state, reference, visible, ordered, task_id), literals.id_literals(reference)
     copies = []
     for attempt in range(PERTURB_ATTEMPTS):
         held = variants.held_back(state, task_id, keep, attempt, selected, fixed)
@@ -212,6 +221,15 @@ def reference_results(state_json: str, task_id: str, reference: str) -> Referenc
             raise ReferenceProblem("bad_reference", f"the reference query fails on the held-back copy ({status}): "
                                                     f"{value}")
         copies.append((held, value[0]))
+    # a copy whose result has more rows than the shown one, so the reference plus LIMIT <rows shown> fails: the
+    # tables plus a row the result depends on cloned as a new entity (variants.grown), the first that grows it
+    clonable = [row for row in selected if row not in variants.protected(state, keep)]
+    for row in clonable[:GROWTH_TRIES] if not any(len(r) > len(visible) for _, r in copies) else []:
+        held = variants.grown(state, task_id, keep, row, fixed)
+        status, value = _outcome(held, reference, tables)
+        if status == "ok" and len(value[0]) > len(visible):
+            copies.append((held, value[0]))
+            break
     if all(engine.same_result(result, visible, ordered) for _, result in copies):
         raise ReferenceProblem("static_reference_result", f"none of {PERTURB_ATTEMPTS} held-back copies changes "
                                                           "the reference's result, so a literal answer would pass")

@@ -8,12 +8,15 @@ Contract:
   dropped row takes the rows that refer to it by ``<name>_id`` with it (customer_id -> customers: no orphans). A
   variant never drops a row referred to otherwise (manager_id, 'BER' in flights.origin) and clones no row of a table
   with ``unique_columns`` (no two customers 'Wei Chen'). ``held_back(...)``: a held-back copy for grading:
-  ``perturbed`` that also drops one or clones one of the given rows (those the reference's result depends on), never
+  ``perturbed`` that also drops one or clones one of the given rows (those the reference's result depends on) as a
+  new entity (``entities.twins``: fresh id and text, with the rows that refer to it; a random clone of an entity row
+  gets fresh text in its ``unique_columns``), never
   clones (nor drops at random) a row holding a text the reference names that no other row of its column holds (the
   customer 'Maria Lopez': a second one would make the question ambiguous), then ``relabeled``: every integer of an
   ``id`` or ``*_id`` column mapped one-to-one to another number of 1..3*(ids)+(fixed), the same map in every table
   (joins on keys keep their rows; an id read off the shown rows names another entity or none), except the integers the
-  reference compares with an id column (``id_literals``).
+  reference compares with an id column (``literals.id_literals``). ``grown(...)``: the tables plus one such row
+  cloned as a new entity, relabeled: a copy whose result, when it depends on that row, has more rows than shown.
 """
 
 from __future__ import annotations
@@ -24,42 +27,14 @@ import random
 import re
 from typing import Any
 
+from flywheel.verifiers.envs.sql.entities import Row, fresh_text, referrers, refers_to, texts, twins, unique_columns
+from flywheel.verifiers.envs.sql.literals import is_id as _is_id
+
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-def string_literals(sql: str) -> set[str]:
-    """The lower-cased '...' literals of a query (a perturbed copy keeps the text values they name)."""
-    return {m.replace("''", "'").lower() for m in re.findall(r"'((?:[^']|'')*)'", sql)}
-
-
-_COLUMN = r"(?:\w+\.)?[\"`\[]?(?P<column>\w+)[\"`\]]?"  # a column, maybe qualified (o.customer_id) or quoted
-_COMPARE = r"\s*(?:==?|!=|<>|<=?|>=?)\s*"
-_ID_COMPARISONS = [re.compile(p, re.I) for p in (
-    _COLUMN + _COMPARE + r"(?P<numbers>\d+)(?![\w.])",  # customer_id = 5, id <= 3
-    r"(?<![\w.])(?P<numbers>\d+)" + _COMPARE + _COLUMN,  # 5 = o.customer_id
-    _COLUMN + r"\s+(?:NOT\s+)?IN\s*\((?P<numbers>[\d\s,]+)\)",  # id IN (3, 4)
-    _COLUMN + r"\s+(?:NOT\s+)?BETWEEN\s+(?P<numbers>\d+\s+AND\s+\d+)(?![\w.])",
-)]
-
-
-def id_literals(sql: str) -> set[int]:
-    """The integers a query compares, outside its '...' literals, with an id column (``_is_id``: ``customer_id =
-    5``, ``id IN (3, 4)``, ``5 = o.id``, ``id BETWEEN 2 AND 4``): the ids it names, which keep their entity in a
-    held-back copy. A count (LIMIT 5, HAVING COUNT(*) > 2) or a comparison with another column (quantity > 3) names
-    no id: fixing it would leave that id unrelabeled, and a query hard-coding it would pass the copies."""
-    text = re.sub(r"'(?:[^']|'')*'", "''", sql)
-    return {int(n) for pattern in _ID_COMPARISONS for match in pattern.finditer(text)
-            if _is_id(match["column"]) for n in re.findall(r"\d+", match["numbers"])}
 
 
 def _rng(*parts: Any) -> random.Random:
     return random.Random(int(hashlib.sha256(repr(parts).encode()).hexdigest()[:16], 16))
-
-
-def _is_id(column: str) -> bool:
-    """An ``id`` or ``*_id`` column: its integers are relabeled in a held-back copy (``relabeled``)."""
-    name = column.lower()
-    return name == "id" or name.endswith("_id")
 
 
 def _is_key(column: str) -> bool:
@@ -84,9 +59,6 @@ def _move(value: Any, rng: random.Random, keep: set[str], names: dict[str, str])
     return value
 
 
-Row = tuple[str, int]  # (table, index of the row in the task's tables)
-
-
 def _moved(cols: list[str], row: list[Any], rng: random.Random, keep: set[str], names: dict[str, str],
            numbers: bool = True) -> list[Any]:
     """A row with its values moved (keys never; numbers and dates only when ``numbers``; text always renamed)."""
@@ -109,33 +81,6 @@ def protected(state: dict[str, Any], keep: set[str]) -> frozenset[Row]:
     return frozenset(found)
 
 
-def _refers_to(column: str, table: str) -> bool:
-    """Whether ``<name>_id`` column names ``table``: ``<name>`` is the table's name, or the name less a trailing
-    's' or 'es' (customer_id -> customers, book_id -> books), case-insensitively."""
-    name, stem = table.lower(), column.lower().removesuffix("_id")
-    return column.lower().endswith("_id") and stem in {name, name.removesuffix("s"), name.removesuffix("es")}
-
-
-def referrers(state: dict[str, Any], table: str) -> list[tuple[str, int]]:
-    """(table, column index) of every ``<name>_id`` column that refers to ``table`` (``_refers_to``), when ``table``
-    has an ``id`` column. manager_id -> employees is not guessed (no such table: nothing cascades)."""
-    if not any(str(c[0]).lower() == "id" for c in state[table]["columns"]):
-        return []
-    return [(t, i) for t in sorted(state) for i, c in enumerate(state[t]["columns"]) if _refers_to(str(c[0]), table)]
-
-
-def unique_columns(spec: dict[str, Any]) -> list[int]:
-    """The columns of a table meant to hold one value per row (a name, a title, an airport's code): text, not
-    dates, all distinct case-insensitively, in a table of two rows or more."""
-    rows = spec["rows"]
-
-    def unique(i: int) -> bool:
-        values = [r[i] for r in rows]
-        return len(rows) > 1 and all(isinstance(v, str) and not _DATE.match(v) for v in values) and \
-            len({v.lower() for v in values}) == len(values)
-    return [i for i in range(len(spec["columns"])) if unique(i)]
-
-
 def anchored(state: dict[str, Any]) -> frozenset[Row]:
     """The rows another row refers to in a way ``_cascade`` does not follow, which a variant never drops (no
     orphans): by an ``*_id`` column that names no table, read as its own table's ``id`` (manager_id ->
@@ -144,7 +89,7 @@ def anchored(state: dict[str, Any]) -> frozenset[Row]:
     found = set()
     for table, spec in state.items():
         cols = [str(c[0]).lower() for c in spec["columns"]]
-        own = {r[i] for i, c in enumerate(cols) if c.endswith("_id") and not any(_refers_to(c, t) for t in state)
+        own = {r[i] for i, c in enumerate(cols) if c.endswith("_id") and not any(refers_to(c, t) for t in state)
                for r in spec["rows"]}
         texts = {v for t in state if t != table for r in state[t]["rows"] for v in r if isinstance(v, str)}
         unique = unique_columns(spec)
@@ -178,17 +123,20 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
               drop: frozenset[Row] = frozenset(), clone: tuple[Row, ...] = (),
               guarded: frozenset[Row] | None = None) -> dict[str, Any]:
     """A variant's tables or the base of a held-back copy (see the module contract); a pure function of its
-    arguments. ``drop`` rows are always dropped; ``clone`` rows always cloned (besides the random clones) with
+    arguments. ``drop`` rows are always dropped; ``clone`` rows always cloned as new entities (``twins``) with
     their numbers and dates as they are, so such a clone still meets the reference's filters. ``guarded``: a
     held-back copy's ``protected`` rows, which its random drops and clones spare (a copy without the customer the
-    question names answers 0, as would an id read off the shown rows); None for a variant, whose random drops
-    spare the ``anchored`` rows and which clones no row of a table with ``unique_columns`` (two customers 'Wei
-    Chen' would make the question ambiguous). Either way a dropped row takes the rows that refer to it with it
-    (``_cascade``): no orphans."""
+    question names answers 0, as would an id read off the shown rows), and whose random clones of a row of a table
+    with ``unique_columns`` are new entities (fresh text there: two airports 'DUB' would be no airports table);
+    None for a variant, whose random drops spare the ``anchored`` rows and which clones no row of a table with
+    ``unique_columns`` (two customers 'Wei Chen' would make the question ambiguous). Either way a dropped row takes
+    the rows that refer to it with it (``_cascade``): no orphans."""
     rng = _rng("perturb", task_id, attempt)
+    fresh_rng, taken = _rng("fresh", task_id, attempt), texts(state)
     names: dict[str, str] = {}  # one new name per text value: joins on text stay consistent
     entities = {t for t in state if unique_columns(state[t])} if guarded is None else set()
     guarded = anchored(state) if guarded is None else guarded
+    added = twins(state, clone, keep, guarded, fresh_rng, taken)
     out = {}
     for table in sorted(state):
         spec = state[table]
@@ -200,14 +148,18 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
         pool = [r for i, r in enumerate(rows) if (table, i) not in guarded and table not in entities]
         count = rng.randint(1, max(1, len(rows) // 3)) if rows else 0
         clones = [list(rng.choice(pool)) for _ in range(count)] if pool else []
-        twins = [list(rows[i]) for t, i in clone if t == table]
+        extra = added.get(table, [])
+        unique = unique_columns(spec)
         for i, col in enumerate(cols):
             if col.lower() == "id" and all(isinstance(r[i], int) for r in rows):
-                top = max((r[i] for r in rows), default=0)
-                for n, twin in enumerate(clones + twins, start=1):
+                top = max([r[i] for r in rows] + [r[i] for r in extra], default=0)
+                for n, twin in enumerate(clones, start=1):
                     twin[i] = top + n
+            elif i in unique:  # a random clone of an entity is a new entity (copies only: variants clone none)
+                for twin in clones:
+                    twin[i] = fresh_text(twin[i], fresh_rng, taken)
         new = [_moved(cols, row, rng, keep, names) for row in kept + clones]
-        new += [_moved(cols, row, rng, keep, names, numbers=False) for row in twins]
+        new += [_moved(cols, row, rng, keep, names, numbers=False) for row in extra]
         rng.shuffle(new)
         out[table] = {"columns": spec["columns"], "rows": new}
     _cascade(state, out)
@@ -242,6 +194,20 @@ def relabeled(state: dict[str, Any], rng: random.Random, fixed: set[int]) -> dic
                 for row in spec["rows"]]
         out[table] = {"columns": spec["columns"], "rows": rows}
     return out
+
+
+def grown(state: dict[str, Any], task_id: str, keep: set[str], row: Row, fixed: set[int]) -> dict[str, Any]:
+    """A held-back copy that only adds rows: the tables plus ``row`` cloned as a new entity with the rows that refer
+    to it (``twins``), shuffled, then ``relabeled``. A result that depends on ``row`` (a DISTINCT one too) gains a
+    row, so the reference plus LIMIT <rows shown> fails here; random drops would have offset that in a copy."""
+    rng = _rng("grown", task_id, row)
+    added = twins(state, (row,), keep, protected(state, keep), rng, texts(state))
+    out = {}
+    for table, spec in state.items():
+        rows = [list(r) for r in spec["rows"]] + added.get(table, [])
+        rng.shuffle(rows)
+        out[table] = {"columns": spec["columns"], "rows": rows}
+    return relabeled(out, rng, fixed)
 
 
 def held_back(state: dict[str, Any], task_id: str, keep: set[str], attempt: int, selected: list[Row],
