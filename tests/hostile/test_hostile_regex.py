@@ -29,6 +29,7 @@ from flywheel.tasks.data.validate import reference_completion
 from flywheel.verifiers import bounds, tool_checks
 from flywheel.verifiers.envs.tool_call import tool_call
 from flywheel.verifiers.envs.workplace import workplace
+from flywheel.verifiers.envs.workplace.workplace_tools import TABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
@@ -76,7 +77,7 @@ def tool_task(tool: dict[str, Any]) -> dict[str, Any]:
 
 def wp_task(tool: dict[str, Any]) -> dict[str, Any]:
     email = {"from": "ann@example.com", "subject": "aaa", "body": "hi", "folder": "inbox"}
-    state = {"emails": {"e1": email}}
+    state = {**{t: {} for t in TABLES}, "emails": {"e1": email}}  # every table: serve-env refuses a partial state
     return {"env": "workplace", "messages": [{"role": "user", "content": "Find the aaa mail."}], "tools": [tool],
             "reference": {"calls": [{"tool": "search_emails", "args": {"query": "aaa"}}], "state": state,
                           "final_state": state}, "meta": {"seed_id": "hostile"}}
