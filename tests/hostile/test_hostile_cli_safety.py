@@ -127,10 +127,11 @@ ATTACKS_1_4 = [
 ]
 
 # 1.4: quoted or escaped ``>`` is text, not a redirection; climbs that cannot reach a system path; plain echo/printf
+# (1.5: "cd .. && rm -rf *" left this list: a cd climbing out of an unknown directory is judged like rm -rf ../*)
 HARMLESS_1_4 = [
     "grep '>' /etc/passwd", "echo 'x >/dev/sda'", 'echo "a > b" && cat /etc/shadow', "echo \\> /etc/passwd",
     "grep -c '<' a.html", "echo '<<<' x", "tail -f /var/log/syslog | grep '>'", "grep '>' file.txt", 'echo "a > b"',
-    "rm -rf ../build", "cd .. && rm -rf *", "cd build && rm -rf *", "cd /tmp && rm -rf ./build", "find .. -name x",
+    "rm -rf ../build", "cd build && rm -rf *", "cd /tmp && rm -rf ./build", "find .. -name x",
     "cat a > ../out.txt", "cp x ../bin/app", "cd ~/proj && rm -rf build", "tar -czf /tmp/b.tgz ..",
     "sed -i 's/a/b/' config.txt", "sed 's/x/y/' /etc/passwd", "sed -n '1p' /etc/passwd",
     "perl -Mstrict -e 'print 1' /etc/passwd", "cat ~/.ssh/authorized_keys", "echo aGk= | base64 -d",
@@ -205,4 +206,4 @@ def test_safety_check_is_fast_at_the_cap(line: str) -> None:
 
 
 def test_version_bumped() -> None:
-    assert cli.VERSION == "1.4.0"
+    assert cli.VERSION == "1.5.0"

@@ -18,7 +18,9 @@ Contract:
   that the line does not show as written run by a shell or interpreter (a pipe
   from anything but a plain echo/printf, a here-string with escapes or
   substitutions, decoded text inside ``$(..)``, an exec API on a computed
-  string). Quoted or escaped ``>`` is text, never a redirection.
+  string). Quoted or escaped ``>``, ``|``, ``;``, ``&`` are text, never redirections or operators; an unquoted
+  ``#`` starts a comment only at the start of a word (a comment is neither matched nor judged); subshells,
+  groups, function bodies and ``$(..)``/``<(..)``/``>(..)`` are judged as commands of the line.
 - Otherwise the command is normalized shell-aware (shlex; quoting ignored;
   ``cli_match.line_form``: the operators between commands kept in order;
   ``sudo`` dropped; for commands of known option grammar, clustered short flags
@@ -68,7 +70,17 @@ NAME = "cli"
 #      decoded or computed before a shell runs it (base64 -d | sh, printf '\x..' | bash, os.system(chr(..)..));
 #      quoted ``>`` is no redirection (grep '>' /etc/passwd was unsafe). The match: find's AND-joined tests commute,
 #      --lines=20 / -20 are -n 20, ls --all is -a (and other long twins), tar czf is tar -czf.
-VERSION = "1.4.0"
+# 1.5: the lexer reads the line as bash does: ``#`` starts a comment only at the start of a word (``ls x#; rm -rf /``
+#      hid the rm), a quoted or escaped ``|``/``;``/``&`` is a word (``ps aux '|' grep x`` matched a pipe), every
+#      unquoted parenthesis is an operator and ``$(..)`` is lifted out of double quotes, so subshells, groups,
+#      function bodies and command/process substitutions are judged (``>(sh)`` feeds a shell); ``>|``/``>&`` are
+#      redirections; ``$'..'`` is decoded. The safety check also sees ``sh -xc``/``-c --``, ``find -exec``'s command,
+#      keywords (if/then/!), more wrappers (strace, chroot, flock, runuser, unbuffer, env -C), climbs by ``cd``, mv of
+#      critical files, tar -x -C / rsync --delete over system directories, awk/php/lua/perl qx code, brace groups,
+#      ${IFS}, nested defaults, root globs (/e*), ~root / ~+, sh /dev/stdin, source /dev/stdin, xargs sh -c {}, and
+#      ``f & f`` fork bombs; a line whose substitutions more than double it is unsafe (it cost 0.87 s). The match:
+#      find -regextype is a barrier (it changes the tests after it).
+VERSION = "1.5.0"
 MAX_CHARS = 4096  # 14x the longest reference command
 
 

@@ -2,7 +2,8 @@
 
 Contract (pure functions of the tokens):
 - A line is its simple commands with the operators between them, in order (``a | b`` is not ``a; b``,
-  ``a && b`` not ``a || b``); a trailing ``;`` is dropped (it changes nothing), a trailing ``&`` kept.
+  ``a && b`` not ``a || b``; parentheses are operators too, a quoted ``|`` is a word); a trailing ``;`` is dropped
+  (it changes nothing), a trailing ``&`` kept.
 - A leading ``sudo``/``doas``/``command``/``env``/``nohup`` is dropped.
 - A command whose option grammar is known (``GRAMMAR``: the seeds' commands and other common ones) is its name,
   its options as a sorted multiset, and its other arguments in order. An option that takes a value is paired
@@ -15,7 +16,8 @@ Contract (pure functions of the tokens):
   value-taking letter takes the next word in turn).
 - ``find`` (``find_form``): its -H/-L/-P options and start paths in order, then its expression, where each run of
   tests joined by AND (implicit, ``-a``) is sorted, a ``!`` moving with its test; operators (``-o``, ``,``),
-  parentheses, actions (``-delete``, ``-exec ... ;``, ``-print``) and ``-daystart``/``-follow`` stay in place.
+  parentheses, actions (``-delete``, ``-exec ... ;``, ``-print``) and ``-daystart``/``-follow``/``-regextype`` stay
+  in place.
   A test keeps its own value: ``find . -name X -mtime Y`` is not ``find . -mtime X -name Y``. A word it does not
   know makes the whole command compared word for word.
 - Any other command (``lsof``, ``ssh``, unknown tools) is compared word for word: no reordering at all.
@@ -78,15 +80,17 @@ TAR_FUNCTIONS = set("AcdrtuxP")  # an old-style bundle (``tar czf A DIR``) names
 SUBCOMMANDS = {"git", "systemctl"}
 WRAPPERS = ("sudo", "doas", "command", "env", "nohup")
 # find: its tests and how many words each takes (``-newerXY`` takes one too). Tests joined by AND commute; operators,
-# parentheses, actions and the options that change the tests after them (``-daystart``, ``-follow``) do not.
-FIND_TESTS = {**dict.fromkeys("-name -iname -path -ipath -wholename -iwholename -regex -iregex -regextype -type "
+# parentheses, actions and the options that change the tests after them (``-daystart``, ``-follow``,
+# ``-regextype``) do not.
+FIND_TESTS = {**dict.fromkeys("-name -iname -path -ipath -wholename -iwholename -regex -iregex -type "
                               "-xtype -mtime -mmin -atime -amin -ctime -cmin -used -size -perm -user -group -uid -gid "
                               "-newer -anewer -cnewer -links -inum -samefile -fstype -maxdepth -mindepth -lname "
                               "-ilname".split(), 1),
               **dict.fromkeys("-empty -readable -writable -executable -nouser -nogroup -true -false -xdev -mount "
                               "-depth -noleaf".split(), 0)}
 FIND_OTHERS = {**dict.fromkeys("-o -or , ( ) ! -not -delete -print -print0 -ls -prune -quit -daystart -follow"
-                               .split(), 0), "-printf": 1, "-fprint": 1, "-fprint0": 1, "-fls": 1, "-fprintf": 2}
+                               .split(), 0), "-regextype": 1, "-printf": 1, "-fprint": 1, "-fprint0": 1, "-fls": 1,
+               "-fprintf": 2}
 FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}  # their command runs to ``;`` or ``+``
 FIND_SPELLINGS = {"-not": "!", "-or": "-o"}
 
@@ -231,7 +235,9 @@ def _find_unit(words: list[str], i: int) -> tuple[Any, int]:
 
 def line_form(commands: list[list[str]], operators: list[str]) -> Form:
     """A command line's comparison form: each command's form with the operator after it (see the contract)."""
-    ops = operators[:-1] if len(operators) >= len(commands) and operators[-1:] == [";"] else operators
+    if operators[-1:] == [";"] and not commands[-1]:  # a trailing ``;`` changes nothing
+        commands, operators = commands[:-1], operators[:-1]
+    ops = operators
     out: list[Any] = []
     for index, cmd in enumerate(commands):
         out.append(command_form(cmd))
