@@ -83,7 +83,7 @@ def test_a_query_that_reads_the_clock_is_refused(clock) -> None:
     ("\\binom{5}{2}", "\\boxed{10}", "cannot be read"),
     ("factorial(5)", "\\boxed{120}", "cannot be read"),
     ("10^301", "\\boxed{10^{301}}", "cannot be read"),
-    ("pi.n(1000000)", "\\boxed{3.14159265358979}", "crosses the verifier's bound"),
+    ("exp(exp(exp(100)))", "\\boxed{3.14159265358979}", "crosses the verifier's bound"),
 ])
 def test_a_math_reference_the_verifier_cannot_read_is_verifier_error_not_wrong_answer(reference, answer,
                                                                                        why) -> None:

@@ -173,7 +173,7 @@ def _math(completion: str) -> Verdict:
     return within(20, lambda: math_verifier.verify(MATH_TASK, completion))
 
 
-@pytest.mark.parametrize("answer", ["pi.n(1000000)"])
+@pytest.mark.parametrize("answer", ["exp(exp(exp(100)))"])
 def test_math_answers_that_compute_for_minutes_hit_the_time_bound(answer: str) -> None:
     verdicts = []
     for _ in range(2):
@@ -184,7 +184,7 @@ def test_math_answers_that_compute_for_minutes_hit_the_time_bound(answer: str) -
     assert verdicts[0].model_dump() == {
         "reward": 0.0, "valid": True, "failure_class": "timeout", "components": {"correct": 0.0},
         "details": f"answer {answer!r}: exceeded the time bound (2 s CPU, 8 s wall)", "verifier": "math",
-        "verifier_version": "1.3.0"}
+        "verifier_version": "1.4.0"}
     assert _math("\\boxed{3}").reward == 1.0  # the killed worker was replaced
 
 
@@ -399,7 +399,7 @@ task = Task.model_validate({"env": "math", "messages": [{"role": "user", "conten
                             "reference": {"answer": "3"}, "meta": {"seed_id": "hostile"}})
 math.verify(task, "\\\\boxed{3}")
 print(*[w.proc.pid for idle in bounds._POOL._idle.values() for w in idle], flush=True)
-math.verify(task, "\\\\boxed{pi.n(1000000)}")
+math.verify(task, "\\\\boxed{exp(exp(exp(100)))}")
 """
 
 
@@ -408,7 +408,7 @@ def test_a_worker_does_not_outlive_its_killed_parent() -> None:
     parent = subprocess.Popen([sys.executable, "-c", KILLED_PARENT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     (worker,) = map(int, parent.stdout.readline().split())
-    time.sleep(0.5)  # the worker is computing pi.n(1000000) now
+    time.sleep(0.5)  # the worker is computing exp(exp(exp(100))) now
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 15  # it stops at its CPU bound at the latest

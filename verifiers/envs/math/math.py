@@ -1,16 +1,24 @@
 """The math verifier: the final answer compared with the reference, symbolically and numerically.
 
 Contract:
-- The answer is the content of ``\\boxed{...}`` (nested braces allowed); with no
-  box, the last line ``Answer: ...``. No answer: reward 0.0, ``no_answer``.
-  Boxes that are not all equivalent: reward 0.0, ``ambiguous_answer``.
+- The answer is the content of ``\\boxed{...}`` (nested braces allowed; a box whose
+  braces never close is skipped); with no box, the last line ``Answer: ...``
+  (``**Answer:** 25`` too). No answer: reward 0.0, ``no_answer``. Boxes that are
+  not all equivalent: reward 0.0, ``ambiguous_answer``.
+- The answer is read by ``latex.to_text`` (its docstring: currency signs, units
+  after a number, thousands separators, ``\\frac12``, ``\\sqrt[n]{}``, mixed numbers,
+  repeating decimals, ``\\mathbf{}``); units and thousands only when the reference
+  is one number.
 - Equivalence (sympy): equal after LaTeX normalization, or numerically equal
   within relative tolerance 1e-6 when both are constants, or ``simplify(a - b)
   == 0``. So 1/2, 0.5, \\frac{1}{2} and 2/4 are equal. Comma-separated answers
   compare element by element; a leading ``x =`` is ignored.
 - Untrusted text never reaches ``eval`` unchecked: only digits, letters from a
   whitelist of names, operators and parentheses are parsed, at most 200
-  characters, and powers with exponents above 10,000 are refused.
+  characters, and powers with exponents above 10,000 are refused. Every single
+  letter is a plain symbol (sympy's S, N, O, Q, I, E are never reached; ``e`` is
+  Euler's number); attribute access (``e.n(9)``) and two numbers side by side
+  (``1 234`` unless read as thousands) are refused.
 - Two exact numbers (integers, fractions) must be equal, not merely within the
   tolerance: 12345670 is not 12345678. A decimal counts as the number it writes
   (12345678.0 and 1.2345678e7 are 12345678, 0.5 is 1/2), so it must be equal
@@ -29,7 +37,7 @@ Contract:
   the bounded worker is reached).
 - Bounds per completion: the answers are compared in a worker process (``verifiers.bounds``) with at most
   ``LIMITS.cpu_s`` CPU seconds, ``LIMITS.wall_s`` seconds of wall clock and ``LIMITS.memory_bytes`` of memory
-  (``\\boxed{pi.n(1000000)}`` would otherwise compute for a minute, larger N for hours). A completion that
+  (``\\boxed{exp(exp(exp(100)))}`` would otherwise compute for minutes or more). A completion that
   crosses the time bounds scores 0.0 with failure_class ``timeout``, the memory bound ``too_large``
   (valid=True: the completion's fault). Failure classes: ``no_answer``, ``ambiguous_answer``, ``wrong_answer``,
   ``timeout``, ``too_large``, and ``verifier_error`` (valid=False, reward None) when the verifier itself broke.
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from functools import lru_cache
 from typing import Any
 
@@ -53,12 +62,16 @@ from sympy.parsing.sympy_parser import (
 from flywheel.schemas import Task, Verdict
 from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
+from flywheel.verifiers.envs.math.latex import Unparsable, to_text
 
 NAME = "math"
-VERSION = "1.3.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers;
+VERSION = "1.4.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers;
 #                    1.2.1: an undefined term (0/0) is refused, not cancelled; 1.3: a decimal is the exact number
 #                    it writes (12345670.0, 1.234568e7 and 1e-13 no longer pass for 12345678 and 0 by tolerance);
-#                    a decimal for a fraction with no finite decimal must be it rounded at its last digit
+#                    a decimal for a fraction with no finite decimal must be it rounded at its last digit;
+#                    1.4: honest forms read (latex.py: thousands separators, currency, units, \frac12, \sqrt[2],
+#                    \mathbf, degrees, repeating decimals, mixed numbers, U+2212, **Answer:**, a stray unbalanced
+#                    box skipped); single letters are plain symbols (S(623), N(623) no longer evaluate)
 REL_TOL = 1e-6
 REL_TOL_EXACT = sympy.Rational(1, 10**6)  # the float 1e-6 is a hair below 10**-6: 0.333333 for 1/3 missed
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
@@ -66,66 +79,40 @@ LIMITS = bounds.Limits(cpu_s=2, wall_s=8.0, memory_bytes=2 << 30, warm=("flywhee
 NAMES = {"sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
          "log": sympy.log, "ln": sympy.log, "exp": sympy.exp, "e": sympy.E}
 _TRANSFORMS = standard_transformations + (implicit_multiplication_application, convert_xor)
+# Every letter is a plain symbol unless NAMES says otherwise: sympy's S, N, O, Q, I, E never reach the answer.
+_LOCALS = {**{c: sympy.Symbol(c) for c in string.ascii_letters}, **NAMES}
 _SAFE = re.compile(r"^[0-9a-z+\-*/().,\s^]*$")
-_ANSWER_LINE = re.compile(r"^[ \t]*(?:final[ \t]+)?answer[ \t]*[:：][ \t]*(.+?)[ \t\r]*$", re.I | re.M)  # linear
+_REFUSED = re.compile(r"\.\s*[a-z]|\d\s+\.?\d", re.I)  # attribute access (e.n(9)); two numbers side by side (1 234)
+# linear: one flat class per run of characters, and the greedy (.*\S) backtracks only over trailing blanks
+_ANSWER_LINE = re.compile(r"^[ \t*_#>]*(?:final[ \t]+)?answer[ \t*_]*[:：][ \t*_]*(.*\S)[ \t\r]*$", re.I | re.M)
 _GLOBALS: dict[str, Any] = {}
 exec("from sympy import *", _GLOBALS)  # the names parse_expr's generated code refers to (Integer, Symbol, ...)
 
 
-class Unparsable(ValueError):
-    pass
-
-
-def _braced(text: str, start: int) -> tuple[str, int]:
-    """Content of the brace group opening at ``start`` and the index after it."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start + 1:i], i + 1
-    raise Unparsable("unbalanced braces")
+def _closing_braces(text: str) -> dict[int, int]:
+    """The index of the ``}`` that closes each balanced ``{`` (one pass: a stray box cannot make it quadratic)."""
+    opened, closing = [], {}
+    for i, char in enumerate(text):
+        if char == "{":
+            opened.append(i)
+        elif char == "}" and opened:
+            closing[opened.pop()] = i
+    return closing
 
 
 def extract_answers(text: str) -> list[str]:
-    boxes, i = [], 0
+    """The boxes' contents (an unbalanced box is skipped), else the last answer line's (markdown ``*`` gone)."""
+    boxes, i, closing = [], 0, None
     for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        if m.start() < i:
+        closing = _closing_braces(text) if closing is None else closing
+        if m.start() < i or m.end() - 1 not in closing:
             continue
-        content, i = _braced(text, m.end() - 1)
-        boxes.append(content)
+        boxes.append(text[m.end():closing[m.end() - 1]])
+        i = closing[m.end() - 1] + 1
     if boxes:
         return boxes
     lines = _ANSWER_LINE.findall(text)
-    return lines[-1:]
-
-
-def _replace_command(text: str, command: str, render: Any) -> str:
-    while (k := text.find(command)) >= 0:
-        args, j = [], k + len(command)
-        for _ in range(render.__code__.co_argcount):
-            while j < len(text) and text[j] == " ":
-                j += 1
-            if j >= len(text) or text[j] != "{":
-                raise Unparsable(f"{command} without its argument")
-            arg, j = _braced(text, j)
-            args.append(arg)
-        text = text[:k] + render(*args) + text[j:]
-    return text
-
-
-def latex_to_text(answer: str) -> str:
-    s = answer.strip().strip("$").strip()
-    s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
-    for cmd in ("\\dfrac", "\\tfrac", "\\frac"):
-        s = _replace_command(s, cmd, lambda a, b: f"(({a})/({b}))")
-    s = _replace_command(s, "\\sqrt", lambda a: f"sqrt({a})")
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"),
-                     ("\\%", "/100"), ("%", "/100"), ("\\pi", " pi "), ("\\infty", " oo "), ("\\ln", " ln "),
-                     ("\\log", " log "), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("^\\circ", ""), ("{", "("),
-                     ("}", ")")):
-        s = s.replace(old, new)
-    s = re.sub(r"^[a-z]\s*=\s*", "", s.strip().rstrip("."), flags=re.I)
-    return s.strip()
+    return [line.strip("*_ \t") for line in lines[-1:]]
 
 
 def _check_powers(expr: sympy.Basic) -> None:
@@ -139,13 +126,13 @@ def _check_powers(expr: sympy.Basic) -> None:
 
 @lru_cache(maxsize=65536)
 def to_expr(part: str) -> sympy.Basic:
-    if len(part) > 200 or not _SAFE.match(part.lower()) or "\\" in part:
+    if len(part) > 200 or not _SAFE.match(part.lower()) or "\\" in part or _REFUSED.search(part):
         raise Unparsable(f"not a plain math expression: {part[:60]!r}")
     words = set(re.findall(r"[a-z]{2,}", part.lower()))
     if words - set(NAMES):
         raise Unparsable(f"unknown names {sorted(words - set(NAMES))}")
     try:
-        expr = parse_expr(part, local_dict=dict(NAMES), global_dict=_GLOBALS, transformations=_TRANSFORMS,
+        expr = parse_expr(part, local_dict=dict(_LOCALS), global_dict=_GLOBALS, transformations=_TRANSFORMS,
                           evaluate=False)
         _check_powers(expr)
         if expr.doit().has(sympy.nan, sympy.zoo):  # x + 0/0 must not cancel to x
@@ -197,8 +184,17 @@ def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
     return sympy.simplify(sympy.sympify(_written(a)) - sympy.sympify(_written(b))) == 0
 
 
+def _one_number(text: str) -> bool:
+    """Whether ``text`` (normalized) is one number: then thousands separators and units are read (latex.to_text)."""
+    try:
+        return "," not in text and not to_expr(text.strip()).free_symbols
+    except Unparsable:
+        return False
+
+
 def equivalent(answer: str, reference: str) -> bool:
-    a, b = latex_to_text(answer), latex_to_text(reference)
+    b = to_text(reference)
+    a = to_text(answer, number=_one_number(b))
     if a.replace(" ", "") == b.replace(" ", ""):
         return True
     parts_a, parts_b = a.split(","), b.split(",")
@@ -216,13 +212,14 @@ def _safe_equivalent(answer: str, reference: str) -> bool:
 
 def compare(answers: list[str], reference: str) -> tuple[bool, bool]:
     """(the boxes agree, the last one equals the reference): the sympy work, run in a bounded worker."""
-    consistent = all(_safe_equivalent(other, answers[-1]) for other in answers[:-1])
+    consistent = all(_safe_equivalent(other, answers[-1]) or _safe_equivalent(answers[-1], other)
+                     for other in answers[:-1])  # both ways: \boxed{1234} and \boxed{1,234} agree
     return consistent, consistent and _safe_equivalent(answers[-1], reference)
 
 
 def read_reference(reference: str) -> None:
     """Unparsable when the reference cannot be compared: every part must parse within the bounds (run bounded)."""
-    text = latex_to_text(reference)
+    text = to_text(reference)
     for part in text.split(","):
         to_expr(part.strip())
 
@@ -284,10 +281,7 @@ def _score(task: Task, completion: str) -> Verdict:
     reference = task.reference.answer
     if not reference:
         raise ValueError("math task has no reference answer (reference.answer)")
-    try:
-        answers = extract_answers(completion)
-    except Unparsable as err:
-        return _verdict(reward=0.0, valid=True, failure_class="no_answer", details=str(err))
+    answers = extract_answers(completion)
     if not answers:
         return _verdict(reward=0.0, valid=True, failure_class="no_answer",
                         details="no \\boxed{} and no 'Answer:' line")

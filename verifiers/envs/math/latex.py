@@ -1,0 +1,183 @@
+"""LaTeX and plain-text answers of the math env as one plain expression sympy can read (``to_text``).
+
+Contract (pure; an input over ``MAX_CHARS`` characters is refused before any work, so no step can stall):
+- Delimiters ``$``, ``\\(``, ``\\)``, ``\\[``, ``\\]`` and a trailing period go; Unicode minus (U+2212), ``×``, ``÷``
+  and ``·`` are ``-``, ``*``, ``/``; a currency sign (``\\$``, ``$``, ``€``, ``£``) goes; so does a degree sign
+  (``^\\circ``, ``^{\\circ}``, ``°``, ``\\degree``).
+- ``\\text``, ``\\mathrm``, ``\\mathbf``, ``\\textbf`` (and kin) are their content; ``{,}`` is a comma.
+- ``\\frac``, ``\\dfrac``, ``\\tfrac`` and ``\\sqrt`` take braced or one-token arguments (``\\frac12``);
+  ``\\sqrt[n]{x}`` is the n-th root.
+- A repeating decimal ``0.1\\overline{6}`` (or ``\\bar``) is the exact fraction it writes (1/6): as exact as
+  ``1/6`` itself, so it equals the fraction, and a decimal reference that is the fraction rounded (the verifier's
+  rounding rule) accepts it too.
+- A mixed number, an integer written right before a proper numeric fraction (``12\\frac{3}{4}``, ``-2\\frac12``),
+  is their sum (12.75, -2.5), never their product: write the product with ``\\cdot``. A mixed number is never an
+  integer, so against an integer reference this form always scores 0 (2\\frac{1}{2} is not 1).
+- Only with ``number=True`` (the reference is one number, no variables): digit-group commas or spaces
+  (``1,234``, ``1{,}234``, ``-1 234.5``: groups of exactly three digits) are one number, and trailing unit words
+  after a number go (``25 apples``, ``68 \\text{ dollars}``, ``120 square meters``, ``5 km/h``). A unit is a
+  ``\\text{}`` of letters or a bare word of three letters or more (or a known two-letter unit); a word that
+  changes the value or hedges (``or``, ``more``, ``percent``, ``thousand``, ``squared``, ``pi``...) keeps the
+  whole tail, so ``25 \\text{ or more}`` and ``25 \\text{ or } 26`` stay unreadable. ``1, 234`` and ``12,34`` stay
+  lists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+
+class Unparsable(ValueError):
+    pass
+
+
+MAX_CHARS = 1000  # an honest answer is far shorter; the reader refuses 200 characters after normalization anyway
+_DELIMITERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_SYMBOLS = (("\u2212", "-"), ("×", "*"), ("÷", "/"), ("·", "*"), ("⋅", "*"), ("°", ""), ("€", ""), ("£", ""),
+            ("\\$", ""), ("$", ""), ("\\displaystyle", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\degree", ""),
+            ("{,}", ","), ("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""))
+_WRAPPERS = ("\\text", "\\textrm", "\\textbf", "\\textit", "\\mathrm", "\\mathbf", "\\mathit", "\\mathsf",
+             "\\boldsymbol", "\\mbox")
+_SPACE = re.compile(r"\\[,;:! ]|~|\s")
+_UNIT_TOKEN = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{[^{}]*\}|\\[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)*"
+                         r"(?:\^\{?[23]\}?)?|\\[,;:! ]|~|\s+|.", re.S)
+_TWO_LETTER_UNITS = {"cm", "mm", "km", "kg", "mg", "ml", "ft", "in", "mi", "yd", "oz", "lb", "hr", "ms", "kw"}
+_NOT_UNITS = {  # words that change the value or hedge: a tail holding one is no unit
+    "or", "and", "to", "than", "more", "less", "fewer", "greater", "at", "least", "most", "about", "approx",
+    "approximately", "roughly", "around", "nearly", "almost", "over", "under", "above", "below", "plus", "minus",
+    "times", "not", "no", "maybe", "possibly", "perhaps", "either", "neither", "nor", "between", "up", "down", "ish",
+    "percent", "percentage", "pct", "cent", "cents", "hundred", "thousand", "million", "billion", "trillion",
+    "dozen", "dozens", "half", "halves", "third", "thirds", "quarter", "quarters", "fourth", "fourths", "tenth",
+    "tenths", "hundredth", "hundredths", "thousandth", "thousandths", "squared", "cubed", "root", "factorial",
+    "inverse", "reciprocal", "negative", "positive", "except", "unless", "if", "but", "else", "otherwise",
+    "sqrt", "pi", "oo", "sin", "cos", "tan", "log", "ln", "exp", "e", "i", "infinity", "infinite", "undefined",
+    "minimum", "maximum", "max", "estimated", "odd"}
+_GROUPED = re.compile(r"-?\d{1,3}(?:(?:,| )\d{3})+(?:\.\d+)?")
+_REPEATING = re.compile(r"(\d*)\.(\d*)\\(?:overline|bar)\s*\{(\d+)\}")
+
+
+def _braced(text: str, start: int) -> tuple[str, int]:
+    """Content of the brace group opening at ``start`` and the index after it."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1:i], i + 1
+    raise Unparsable("unbalanced braces")
+
+
+def _argument(text: str, j: int, command: str) -> tuple[str, int]:
+    """One argument at ``j``: a brace group, or (as TeX reads ``\\frac12``) one digit, letter or command word."""
+    while j < len(text) and text[j] == " ":
+        j += 1
+    if j < len(text) and text[j] == "{":
+        return _braced(text, j)
+    word = re.compile(r"\\[A-Za-z]+|[0-9A-Za-z]").match(text, j)
+    if word is None:
+        raise Unparsable(f"{command} without its argument")
+    return word.group(), word.end()
+
+
+def _whole_part(text: str, k: int) -> int | None:
+    """Where the integer of a mixed number written right before index ``k`` starts (None: there is none)."""
+    j = k
+    while j > 0 and (text[j - 1] in " ~" or (j > 1 and text[j - 2] == "\\" and text[j - 1] in ",;:! ")):
+        j -= 2 if text[j - 1] not in " ~" else 1
+    end = j
+    while j > 0 and text[j - 1].isdigit():
+        j -= 1
+    if j == end or (j > 0 and (text[j - 1] in ".^_})" or text[j - 1].isalpha())) or text[max(0, j - 2):j] in (
+            "^{", "_{"):
+        return None
+    return j
+
+
+def _replace_command(text: str, command: str, render: Callable[..., str], mixed: bool = False) -> str:
+    """Each ``command`` with its arguments rendered; ``mixed``: an integer right before a proper numeric fraction
+    is a mixed number (their sum)."""
+    pattern = re.compile(re.escape(command) + r"(?![A-Za-z])")
+    while (found := pattern.search(text)) is not None:
+        k, j = found.start(), found.end()
+        index = None
+        if command == "\\sqrt" and text[j:].lstrip(" ").startswith("["):
+            j = text.index("[", j)
+            close = text.find("]", j)
+            if close < 0 or "[" in text[j + 1:close]:
+                raise Unparsable("\\sqrt[ without its ]")
+            index, j = text[j + 1:close], close + 1
+        args = []
+        for _ in range(render.__code__.co_argcount):
+            arg, j = _argument(text, j, command)
+            args.append(arg)
+        rendered = render(*args) if index is None or index.strip() == "2" else f"(({args[0]})**(1/({index})))"
+        start = _whole_part(text, k) if mixed else None
+        if start is not None and all(a.strip().isdigit() for a in args) and 0 < int(args[0]) < int(args[1]):
+            whole = re.sub(r"\D", "", text[start:k])
+            rendered, k = f"({whole}+{rendered})", start
+        text = text[:k] + rendered + text[j:]
+    return text
+
+
+def _repeating(found: re.Match[str]) -> str:
+    whole, fixed, cycle = found.group(1) or "0", found.group(2), found.group(3)
+    numerator = int(whole + fixed + cycle) - int(whole + fixed)
+    return f"({numerator}/({10 ** len(fixed) * (10 ** len(cycle) - 1)}))"
+
+
+def _is_unit(token: str) -> bool:
+    if token.startswith("\\"):
+        content = token[token.index("{") + 1:-1] if token.endswith("}") else ""
+        words = re.findall(r"[A-Za-z]+", content)
+        return bool(words) and re.fullmatch(r"[A-Za-z\s/.]*", content) is not None and \
+            not {w.lower() for w in words} & _NOT_UNITS
+    words = re.findall(r"[A-Za-z]+", token)
+    return bool(words) and (len(words[0]) >= 3 or words[0].lower() in _TWO_LETTER_UNITS or len(words) > 1) and \
+        not {w.lower() for w in words} & _NOT_UNITS
+
+
+def _strip_unit(s: str) -> str:
+    """``s`` without the unit words after its number (``25 apples`` -> ``25``); unchanged when the tail is not all
+    units or no number comes before it."""
+    tokens = _UNIT_TOKEN.findall(s)
+    k, units = len(tokens), 0
+    while k and (_SPACE.fullmatch(tokens[k - 1]) or tokens[k - 1].isspace() or _is_unit(tokens[k - 1])):
+        units += not (_SPACE.fullmatch(tokens[k - 1]) or tokens[k - 1].isspace())
+        k -= 1
+    if not units or not k or tokens[k - 1][-1] not in "0123456789})":
+        return s
+    return "".join(tokens[:k])
+
+
+def _unwrap(s: str, ends: tuple[tuple[str, str], ...]) -> str:
+    s = s.strip()
+    for left, right in ends:
+        if s.startswith(left) and s.endswith(right) and len(s) >= len(left) + len(right):
+            s = s[len(left):len(s) - len(right)].strip()
+    return s
+
+
+def to_text(answer: str, number: bool = False) -> str:
+    """``answer`` as one plain expression; ``number``: the reference is one number (thousands, units: above)."""
+    if len(answer) > MAX_CHARS:
+        raise Unparsable(f"answer longer than {MAX_CHARS} characters")
+    s = _unwrap(answer, _DELIMITERS).rstrip(".").strip()
+    for old, new in _SYMBOLS:
+        s = s.replace(old, new)
+    if number:
+        s = _strip_unit(s).strip()
+    for wrapper in _WRAPPERS:
+        s = _replace_command(s, wrapper, lambda a: a)
+    s = s.strip()
+    if number and _GROUPED.fullmatch(s):
+        s = s.replace(",", "").replace(" ", "")
+    s = _REPEATING.sub(_repeating, s)
+    for cmd in ("\\dfrac", "\\tfrac", "\\frac"):
+        s = _replace_command(s, cmd, lambda a, b: f"(({a})/({b}))", mixed=True)
+    s = _replace_command(s, "\\sqrt", lambda a: f"sqrt({a})")
+    for old, new in (("\\left", ""), ("\\right", ""), ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"),
+                     ("\\%", "/100"), ("%", "/100"), ("\\pi", " pi "), ("\\infty", " oo "), ("\\ln", " ln "),
+                     ("\\log", " log "), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("{", "("), ("}", ")")):
+        s = s.replace(old, new)
+    s = re.sub(r"^[a-z]\s*=\s*", "", s.strip().rstrip("."), flags=re.I)
+    return s.strip()
