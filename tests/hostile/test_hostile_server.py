@@ -91,12 +91,14 @@ def test_a_session_cannot_grow_past_its_cap(server, task) -> None:
 
 def test_a_call_that_passes_the_cap_after_running_is_undone(task) -> None:
     slot = seeded_slot(Task.model_validate(task), 1 << 20)
-    args = {"title": "t" * 500, "date": "2026-01-02", "time": "10:00", "duration_minutes": 30}
+    args = {"title": "t" * 500, "date": "2026-01-02", "time": "10:00", "duration_minutes": 30, "attendees": ["a@x.io"]}
     before, entry = copy.deepcopy(slot.session.state), held_size(args) + ENTRY_BYTES
     cap = slot.held + entry + 100  # the pre-check passes, the created record does not fit
     observation = capped_call(slot, "create_event", args, cap)
     assert "(--max-session-kb)" in observation["error"]
     assert (slot.session.state, slot.session.log, slot.log_bytes) == (before, [], 0)
+    # nor does the session remember creating it (an invitation never sent would count as sent from workplace 1.3)
+    assert (slot.session.created, slot.session.notified, slot.session.touched) == (set(), {}, set())
     assert "id" in capped_call(slot, "create_event", args, 10 * cap)  # with room, the same call is made
 
 

@@ -3,7 +3,6 @@ with its TTL, caps and per-session locks (see ``workplace_server`` for the HTTP 
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -140,8 +139,8 @@ def capped_call(slot: Slot, tool: str, args: dict[str, Any], cap: int) -> dict[s
     if slot.held + entry > cap:
         return refused
     # A tool adds at most its arguments and a copy of one existing record, so only a call that could pass the cap
-    # pays for a snapshot to undo it.
-    undo = copy.deepcopy(slot.session.state) if slot.held + slot.state_bytes + 2 * entry > cap else None
+    # pays for a snapshot to undo it (its state and what the session recorded of its effects).
+    undo = slot.session.checkpoint() if slot.held + slot.state_bytes + 2 * entry > cap else None
     slot.log_bytes += entry
     try:
         observation = slot.session.call(tool, args)
@@ -151,8 +150,7 @@ def capped_call(slot: Slot, tool: str, args: dict[str, Any], cap: int) -> dict[s
                                  f"{one_line(exc)}): fix the task's reference.state") from None
     # refused as the pre-check refuses: not made, not logged
     if undo is not None and slot.task_bytes + state_bytes + slot.log_bytes > cap:
-        slot.session.state = undo
-        slot.session.log.pop()
+        slot.session.rollback(undo)
         slot.log_bytes -= entry
         return refused
     slot.state_bytes = state_bytes

@@ -1,0 +1,93 @@
+"""What a workplace session did, beyond where it ended: the changes its reward compares with the golden ones.
+
+Contract:
+- ``changes(before, after)``: the final-state diff, a multiset of canonical change records (a modified or deleted
+  record by id, a created record by content: its generated id is ignored).
+- A session is a live system, so two kinds of effect outlast a later undo and are counted on top of that diff
+  (``undone``), each as an unexpected change unless the golden diff has the same change:
+  - an outside effect: a created record that reached someone (``reaches_someone``: an email sent or replied, an
+    event with attendees, whose invitation went out). It is permanent: when its record is gone from the final
+    state, its creation (as it was made) still counts, so sending an unrequested email and deleting the sent copy
+    scores as sending it;
+  - an edit to a record of the initial state that the golden diff leaves alone (``edited``: after some call the
+    record differed from its initial value or was gone), still counted once as ``["edited", table, id]`` when a
+    later call put it back, so a reverted edit of a record the task never names is not free.
+  Changes to records the session created without reaching anyone (a task, an event without attendees) and edits
+  of records the golden diff changes are judged by the final state alone: an agent may fix its own mistakes there.
+- Bounded memory: a session keeps one 16-byte digest per outside effect it made (not the record, which a crafted
+  task can make large) and one (table, id) per edited record of the initial state; created records are compared
+  through the same digest (``digested``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from flywheel.schemas import canonical_json
+from flywheel.verifiers.json_values import normalize
+
+RECIPIENTS = ("to", "attendees")  # the fields of a created record that name whom its creation reached
+
+
+def created_key(table: str, record: Any) -> str:
+    return canonical_json(["create", table, repr(normalize(record))])
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> Counter[str]:
+    """What ``after`` changed relative to ``before``, as a multiset of canonical change records."""
+    out: Counter[str] = Counter()
+    for table in sorted(set(before) | set(after)):
+        old, new = before.get(table, {}), after.get(table, {})
+        for rid in old.keys() | new.keys():
+            if rid not in new:
+                out[canonical_json(["delete", table, rid])] += 1
+            elif rid not in old:
+                out[created_key(table, new[rid])] += 1
+            elif normalize(old[rid]) != normalize(new[rid]):
+                out[canonical_json(["update", table, rid, repr(normalize(new[rid]))])] += 1
+    return out
+
+
+def digest(key: str) -> bytes:
+    return hashlib.blake2b(key.encode(), digest_size=16).digest()
+
+
+def digested(keys: Counter[str]) -> Counter[bytes]:
+    out: Counter[bytes] = Counter()
+    for key, n in keys.items():
+        out[digest(key)] += n
+    return out
+
+
+def reaches_someone(record: Any) -> bool:
+    return isinstance(record, dict) and any(record.get(f) for f in RECIPIENTS)
+
+
+def edited(initial: dict[str, Any], state: dict[str, Any], args: dict[str, Any]) -> set[tuple[str, str]]:
+    """The records of ``initial`` named by a call's arguments that now differ from their initial value or are gone
+    (a tool changes only records its arguments name: ``workplace_tools``)."""
+    return {(table, rid) for rid in args.values() if isinstance(rid, str)
+            for table, records in initial.items() if isinstance(records, dict) and rid in records
+            and normalize(state.get(table, {}).get(rid)) != normalize(records[rid])}
+
+
+def golden_records(initial: dict[str, Any], final: dict[str, Any]) -> set[tuple[str, str]]:
+    """The records of ``initial`` the golden final state modifies or deletes."""
+    return {(t, rid) for t, records in initial.items() for rid, record in records.items()
+            if rid not in final.get(t, {}) or normalize(final[t][rid]) != normalize(record)}
+
+
+def undone(initial: dict[str, Any], golden_final: dict[str, Any], final: dict[str, Any],
+           notified: dict[str, tuple[str, bytes]], touched: Iterable[tuple[str, str]]) -> Counter[bytes]:
+    """The digested changes a session made that its final state no longer shows: outside effects whose record is
+    gone (``notified``: created id -> (table, digest of its creation)) and reverted edits of initial records the
+    golden diff leaves alone (``touched``)."""
+    out = Counter(key for rid, (table, key) in notified.items() if rid not in final.get(table, {}))
+    golden = golden_records(initial, golden_final)
+    for table, rid in set(touched) - golden:
+        if rid in final.get(table, {}) and normalize(final[table][rid]) == normalize(initial[table][rid]):
+            out[digest(canonical_json(["edited", table, rid]))] += 1
+    return out
