@@ -50,8 +50,10 @@ def test_failures_become_deduplicated_heldout_regression_tasks(tool_dataset, tmp
     summary = ingest_trajectories(IngestConfig(trajectories=str(tmp_path / "t.jsonl"), dataset=str(src)))
 
     assert summary["added"] == 3
-    assert summary["buckets"] == {"unsafe_action": 2, "wrong_args": 1, "format_error": 1, "passed": 1,
-                                  "no_reference": 1, "unknown_tool": 1, "schema_violation": 2}
+    # the two calls with an unknown extra argument "zzz": wrong_args since tool_call 1.3 (an argument nobody asked
+    # for is a wrong one), schema_violation before
+    assert summary["buckets"] == {"unsafe_action": 2, "wrong_args": 3, "format_error": 1, "passed": 1,
+                                  "no_reference": 1, "unknown_tool": 1}
     scored = pl.read_parquet(summary["trajectories"])
     kept = dict(zip(scored["trajectory"], scored["kept"]))
     assert [kept[t] for t in ("prod-0001", "prod-0002", "prod-0003")] == ["added"] * 3
