@@ -36,8 +36,9 @@ def test_transformers_backend_is_seeded_and_checked(catalog) -> None:
 
 
 def test_flow_with_transformers_backend(tmp_path, prefect_api) -> None:
-    summary = run_generate(GenerateConfig(out=str(tmp_path), n=2, seed=1, backend="transformers",
-                                          max_candidates=24, partition_size=8, max_tool_share=1.0))
+    # seed 2: 3 of the first 11 candidates keep their values (8 lose one), so one round of 11 makes the 2 rows
+    summary = run_generate(GenerateConfig(out=str(tmp_path), n=2, seed=2, backend="transformers",
+                                          max_candidates=11, partition_size=8, max_tool_share=1.0))
     manifest = read_manifest(Path(summary["version_dir"]))
     assert manifest.counts["train"] + manifest.counts["heldout"] == 2
     assert manifest.params["backend"] == "transformers"

@@ -29,6 +29,8 @@ import sqlite3
 import time
 from typing import Any
 
+from flywheel.verifiers.envs.sql.literals import blank_literals
+
 MAX_LENGTH = 1_000_000
 MAX_SQL = 20_000
 MAX_STEPS = 5_000_000
@@ -265,7 +267,7 @@ def _classify(err: sqlite3.Error, denied: list[str], steps: int) -> QueryError:
 def pragma_function(sql: str) -> str | None:
     """The first ``pragma_*`` table-valued function a query names outside its '...' literals, or None: its first use
     reaches the authorizer as an update of sqlite_master, so the refusal names the function instead."""
-    found = re.search(r"\bpragma_\w+", re.sub(r"'(?:[^']|'')*'", "''", sql), re.I)
+    found = re.search(r"\bpragma_\w+", blank_literals(sql), re.I)
     return found.group() if found else None
 
 

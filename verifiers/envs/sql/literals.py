@@ -31,9 +31,17 @@ _BETWEEN = re.compile(_COLUMN + r"\s+(?:NOT\s+)?BETWEEN" + _NUMBER.format("low")
                       re.I)
 
 
+_LITERAL = re.compile(r"'((?:[^']|'')*)'")
+
+
 def string_literals(sql: str) -> set[str]:
     """The lower-cased '...' literals of a query (a perturbed copy keeps the text values they name)."""
-    return {m.replace("''", "'").lower() for m in re.findall(r"'((?:[^']|'')*)'", sql)}
+    return {m.replace("''", "'").lower() for m in _LITERAL.findall(sql)}
+
+
+def blank_literals(sql: str) -> str:
+    """The query with each '...' literal emptied: a word or number inside a string names no column or function."""
+    return _LITERAL.sub("''", sql)
 
 
 def is_id(column: str) -> bool:
@@ -47,7 +55,7 @@ def id_literals(sql: str) -> set[int]:
     their entity in a held-back copy. A count (LIMIT 5, HAVING COUNT(*) > 2) or a comparison with another column
     (quantity > 3) names no id: fixing it would leave that id unrelabeled, and a query hard-coding it would pass
     the copies."""
-    text = re.sub(r"'(?:[^']|'')*'", "''", sql)
+    text = blank_literals(sql)
     found = {int(n) for pattern in _ID_COMPARISONS for match in pattern.finditer(text)
              if is_id(match["column"]) for n in re.findall(r"\d+", match["numbers"])}
     for match in _BETWEEN.finditer(text):
