@@ -305,7 +305,8 @@ class RunConfig(BaseModel):
                                   "the best checkpoint on them is kept, never chosen on the gate's held-out tasks "
                                   "(0: the last checkpoint).")
     capability_envs: tuple[str, ...] = Field(default=("math", "cli"), description="General capability: envs the "
-                                             "model is not trained on, whose held-out success the gate checks.")
+                                             "model is not trained on, whose held-out success the gate checks "
+                                             "(repeat the option for each; the trained env is skipped).")
     capability_tasks: int = Field(default=8, ge=0, le=MAX_ROWS, description="Held-out tasks per capability env "
                                   "in the gate's check (0: off).")
     grpo_reward: RewardKind = Field(default="success", description=REWARD_HELP)
@@ -359,9 +360,12 @@ class RunConfig(BaseModel):
     def _check(self) -> RunConfig:
         from flywheel.verifiers.envs import env_names, get_env  # env_names: the env folders, none imported
 
-        for env in (self.env, *self.capability_envs):
+        for option, env in (("--env", self.env), *(("--capability-env", e) for e in self.capability_envs)):
             if env not in env_names():
-                raise ValueError(f"--env {env!r} is not an env; choose one of {', '.join(env_names())}")
+                raise ValueError(f"{option} {env!r} is not an env; choose one of {', '.join(env_names())}")
+        twice = sorted({e for e in self.capability_envs if self.capability_envs.count(e) > 1})
+        if twice:
+            raise ValueError(f"--capability-env {twice[0]} is given twice: give each env once")
         if self.n < rows_per_tool(self.heldout_fraction):  # no tool can hold a row out: every eval would be empty
             raise ValueError(f"--n {self.n}: the held-out split would be empty with "
                              f"{heldout_advice(self.n, self.heldout_fraction)}")

@@ -68,6 +68,7 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: Pro
                    curriculum_samples: int | None = None, curriculum_tasks: int | None = None,
                    curriculum: Curriculum | None = None,
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
+                   capability_envs: list[str] | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None, dask_address: str | None = None,
                    prefix_cache: bool | None = None, eval_backend: RunBackend | None = None,
                    grpo_rollout_backend: RunBackend | None = None) -> RunSummary:

@@ -188,6 +188,16 @@ print(verifiers.__file__)
 """
 
 
+def score_reference(flywheel: Path, outside: Path, env: dict[str, str], task: dict) -> None:
+    """`flywheel score` on one row answering TASK with its reference call: reward 1.0."""
+    call = task["reference"]["calls"][0]
+    row = {"task": task, "completion": json.dumps({"tool": call["tool"], "args": call["args"]})}
+    (outside / "row.jsonl").write_text(json.dumps(row) + "\n")
+    run([str(flywheel), "score", "--verifier", "tool_call", "--input", "row.jsonl", "--output", "s.jsonl"],
+        outside, env)
+    assert json.loads((outside / "s.jsonl").read_text())["verdict"]["reward"] == 1.0
+
+
 def generate_and_score(flywheel: Path, outside: Path, env: dict[str, str]) -> None:
     """`flywheel --help`, `generate` (seeds and tool catalogs found as package data) and `score` on one real row."""
     assert "generate" in run([str(flywheel), "--help"], outside, env)
@@ -196,13 +206,7 @@ def generate_and_score(flywheel: Path, outside: Path, env: dict[str, str]) -> No
     assert json.loads(manifest.read_text())["counts"]["train"] == 20
     import polars as pl
 
-    task = json.loads(pl.read_parquet(manifest.parent / "train.parquet")["task"][0])
-    call = task["reference"]["calls"][0]
-    row = {"task": task, "completion": json.dumps({"tool": call["tool"], "args": call["args"]})}
-    (outside / "row.jsonl").write_text(json.dumps(row) + "\n")
-    run([str(flywheel), "score", "--verifier", "tool_call", "--input", "row.jsonl", "--output", "s.jsonl"],
-        outside, env)
-    assert json.loads((outside / "s.jsonl").read_text())["verdict"]["reward"] == 1.0
+    score_reference(flywheel, outside, env, json.loads(pl.read_parquet(manifest.parent / "train.parquet")["task"][0]))
 
 
 @pytest.mark.slow
@@ -213,7 +217,16 @@ def test_theirs_verifiers_beside_the_editable_install(tmp_path) -> None:
     outside.mkdir()
     probe = run([sys.executable, "-P", "-c", PROBE, str(REPO), str(REPO)], REPO, env)
     assert probe.strip() == f"{WHEEL}/verifiers/__init__.py"
-    generate_and_score(Path(sys.executable).parent / "flywheel", outside, env)
+    # `flywheel generate` from outside the repository runs in the non-editable test below; here the CLI and `score`
+    from flywheel.tasks.data.generate import generate_candidates
+    from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools
+
+    seeds_path, tools_path = env_paths("tool_call")
+    tools = load_tools(tools_path)
+    rows, _ = generate_candidates(range(1), load_seeds(seeds_path, tools), tools, 1)
+    flywheel = Path(sys.executable).parent / "flywheel"
+    assert "generate" in run([str(flywheel), "--help"], outside, env)
+    score_reference(flywheel, outside, env, json.loads(rows[0]["task"]))
 
 
 def source_tree(root: Path) -> set[str]:

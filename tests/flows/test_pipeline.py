@@ -23,7 +23,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
-           "--curriculum-tasks", "4", "--capability-tasks", "2", "--grpo-replay", "0.5",
+           "--curriculum-tasks", "4", "--capability-tasks", "2", "--capability-env", "math", "--grpo-replay", "0.5",
            "--grpo-replay-focus", "tools", "--grpo-replay-rows", "3", "--check-interval", "1",
            "--validation-tasks", "2"]  # two checks (steps 0 and 1) of 2 tasks: selection runs, checks cost little
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -87,9 +87,11 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert Path(lineage["eval_report_path"]).is_file() and lineage["ancestry"][0]["id"] == sft.id
     assert Path(lineage["ancestry"][0]["eval_report"]).is_file() and lineage["ancestry"][0]["method"] == "sft"
     assert gate["version"] == picked.id
-    # general capability: the base model and the candidate on held-out math and cli tasks, checked per env
+    # general capability: the base model and the candidate on held-out math tasks (--capability-env math; the gate's
+    # per-env checks on math and cli: tests/tasks/release/test_gate.py)
     capability = {c["scope"]: c for c in gate["result"]["checks"] if c["name"] == "capability_success"}
-    assert set(capability) == {"math", "cli"} and set(gate["capability"]) == {"math", "cli"}
+    assert set(capability) == {"math"} and set(gate["capability"]) == {"math"}
+    assert summary["config"]["capability_envs"] == ["math"]
     for env, (base, cand) in gate["capability"].items():
         b, c = (pl.read_parquet(Path(f) / "rollouts.parquet") for f in (base, cand))
         assert b.height == c.height == 2 and capability[env]["baseline"] == b["success"].mean()

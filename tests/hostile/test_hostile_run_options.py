@@ -91,3 +91,15 @@ def test_a_deployment_parameter_that_fails_validation_is_one_line(tmp_path, pref
     assert state.is_failed() and "\n" not in (state.message or "") and (state.message or "").startswith(
         "parameter n: Input should be greater than or equal to 20, got 5"), state.message
     assert not (tmp_path / "d").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("given", "error"), [
+    (["--capability-env", "sqlx"], "error: --capability-env 'sqlx' is not an env; choose one of cli, code, math, sql, "
+                                   "tool_call, workplace"),
+    (["--capability-env", "cli", "--capability-env", "cli"], "error: --capability-env cli is given twice: give each "
+                                                             "env once")])
+def test_a_bad_capability_env_is_refused_before_the_run(tmp_path, given: list[str], error: str) -> None:
+    code, output = _invoke("run", "--out", str(tmp_path / "o"), *given)
+    assert code == 1 and _one_error(output) == error, output
+    assert not (tmp_path / "o").exists()
+    assert RunConfig(out=str(tmp_path / "o"), capability_envs=["sql"]).capability_envs == ("sql",)
