@@ -184,7 +184,7 @@ def test_math_answers_that_compute_for_minutes_hit_the_time_bound(answer: str) -
     assert verdicts[0].model_dump() == {
         "reward": 0.0, "valid": True, "failure_class": "timeout", "components": {"correct": 0.0},
         "details": f"answer {answer!r}: exceeded the time bound (2 s CPU, 8 s wall)", "verifier": "math",
-        "verifier_version": "1.4.0"}
+        "verifier_version": "1.5.0"}
     assert _math("\\boxed{3}").reward == 1.0  # the killed worker was replaced
 
 

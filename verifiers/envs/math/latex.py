@@ -1,6 +1,9 @@
 """LaTeX and plain-text answers of the math env as one plain expression sympy can read (``to_text``).
 
 Contract (pure; an input over ``MAX_CHARS`` characters is refused before any work, so no step can stall):
+- Unicode is NFKC (``normalize_unicode``): full-width and mathematical digits are ASCII (``２５`` is 25), a
+  superscript a power (``5²`` is 5^2, never 52), a subscript stays apart (``x₁``), a vulgar fraction is ``\\frac``
+  (``3½`` is the mixed number 3.5).
 - Delimiters ``$``, ``\\(``, ``\\)``, ``\\[``, ``\\]`` and a trailing period go; Unicode minus (U+2212), ``×``, ``÷``
   and ``·`` are ``-``, ``*``, ``/``; a currency sign (``\\$``, ``$``, ``€``, ``£``) goes; so does a degree sign
   (``^\\circ``, ``^{\\circ}``, ``°``, ``\\degree``).
@@ -16,15 +19,20 @@ Contract (pure; an input over ``MAX_CHARS`` characters is refused before any wor
 - Only with ``number=True`` (the reference is one number, no variables): digit-group commas or spaces
   (``1,234``, ``1{,}234``, ``-1 234.5``: groups of exactly three digits) are one number, and trailing unit words
   after a number go (``25 apples``, ``68 \\text{ dollars}``, ``120 square meters``, ``5 km/h``). A unit is a
-  ``\\text{}`` of letters or a bare word of three letters or more (or a known two-letter unit); a word that
+  ``\\text{}`` of letters or a bare word of three letters or more (or a known two-letter unit), with a power of 2
+  or 3 after it or inside it (``cm^2``, ``\\text{ cm}^{2}``, ``\\mathrm{cm^2}``); a word that
   changes the value or hedges (``or``, ``more``, ``percent``, ``thousand``, ``squared``, ``pi``...) keeps the
   whole tail, so ``25 \\text{ or more}`` and ``25 \\text{ or } 26`` stay unreadable. ``1, 234`` and ``12,34`` stay
   lists.
+- A trailing ``percent`` (or ``\\text{ percent}``) is ``\\%``, which is /100; with ``count=True`` (and
+  ``number``) the sign after a lone number of at least 1 is dropped instead (``25\\%`` is 25): the verifier tries
+  that reading on both sides (math.equivalent).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 
 
@@ -40,10 +48,12 @@ _SYMBOLS = (("\u2212", "-"), ("×", "*"), ("÷", "/"), ("·", "*"), ("⋅", "*")
 _WRAPPERS = ("\\text", "\\textrm", "\\textbf", "\\textit", "\\mathrm", "\\mathbf", "\\mathit", "\\mathsf",
              "\\boldsymbol", "\\mbox")
 _SPACE = re.compile(r"\\[,;:! ]|~|\s")
-_UNIT_TOKEN = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{[^{}]*\}|\\[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)*"
-                         r"(?:\^\{?[23]\}?)?|\\[,;:! ]|~|\s+|.", re.S)
+_POWER = r"(?:\^\{?[23]\}?)?"  # cm^2, \text{ m}^{3}
+_UNIT_TOKEN = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{[^{}]*\}" + _POWER
+                         + r"|\\[A-Za-z]+|[A-Za-z]+(?:/[A-Za-z]+)*" + _POWER + r"|\\[,;:! ]|~|\s+|.", re.S)
+_UNIT_TEXT = re.compile(r"(?:[A-Za-z\s/.~]|\^\{?[23]\}?)*")  # the content of \text{cm^2}
 _TWO_LETTER_UNITS = {"cm", "mm", "km", "kg", "mg", "ml", "ft", "in", "mi", "yd", "oz", "lb", "hr", "ms", "kw"}
-_NOT_UNITS = {  # words that change the value or hedge: a tail holding one is no unit
+NOT_UNITS = {  # words that change the value or hedge: a tail holding one is no unit
     "or", "and", "to", "than", "more", "less", "fewer", "greater", "at", "least", "most", "about", "approx",
     "approximately", "roughly", "around", "nearly", "almost", "over", "under", "above", "below", "plus", "minus",
     "times", "not", "no", "maybe", "possibly", "perhaps", "either", "neither", "nor", "between", "up", "down", "ish",
@@ -53,6 +63,11 @@ _NOT_UNITS = {  # words that change the value or hedge: a tail holding one is no
     "inverse", "reciprocal", "negative", "positive", "except", "unless", "if", "but", "else", "otherwise",
     "sqrt", "pi", "oo", "sin", "cos", "tan", "log", "ln", "exp", "e", "i", "infinity", "infinite", "undefined",
     "minimum", "maximum", "max", "estimated", "odd"}
+_SUPERSCRIPTS = re.compile("[\u00b9\u00b2\u00b3\u2070-\u207f]+")  # 5² is 5^{2}, never 52 (NFKC)
+_SUBSCRIPTS = re.compile("[\u2080-\u209c]+")  # x₁ stays unreadable, never x1
+_VULGAR = re.compile("[\u00bc-\u00be\u2150-\u215f\u2189]")  # 3½ is 3\frac{1}{2} (a mixed number), never 31/2
+_PERCENT_WORD = re.compile(r"(?:\\text\s*\{\s*(?:percent|\\%)\s*\}|(?<![A-Za-z])percent)$", re.I)
+_PERCENT_COUNT = re.compile(r"(?:[a-z]\s*=\s*)?(-?\d+(?:\.\d+)?)(?:\\[,;: ]|[\s~])*\\?%", re.I)
 _GROUPED = re.compile(r"-?\d{1,3}(?:(?:,| )\d{3})+(?:\.\d+)?")
 _REPEATING = re.compile(r"(\d*)\.(\d*)\\(?:overline|bar)\s*\{(\d+)\}")
 
@@ -127,13 +142,14 @@ def _repeating(found: re.Match[str]) -> str:
 
 def _is_unit(token: str) -> bool:
     if token.startswith("\\"):
+        token = re.sub(r"\}\^\{?[23]\}?$", "}", token)  # \text{cm}^2 is \text{cm}; \text{cm^2} stays
         content = token[token.index("{") + 1:-1] if token.endswith("}") else ""
         words = re.findall(r"[A-Za-z]+", content)
-        return bool(words) and re.fullmatch(r"[A-Za-z\s/.]*", content) is not None and \
-            not {w.lower() for w in words} & _NOT_UNITS
+        return bool(words) and _UNIT_TEXT.fullmatch(content) is not None and \
+            not {w.lower() for w in words} & NOT_UNITS
     words = re.findall(r"[A-Za-z]+", token)
     return bool(words) and (len(words[0]) >= 3 or words[0].lower() in _TWO_LETTER_UNITS or len(words) > 1) and \
-        not {w.lower() for w in words} & _NOT_UNITS
+        not {w.lower() for w in words} & NOT_UNITS
 
 
 def _strip_unit(s: str) -> str:
@@ -149,6 +165,17 @@ def _strip_unit(s: str) -> str:
     return "".join(tokens[:k])
 
 
+def normalize_unicode(s: str) -> str:
+    """``s`` in NFKC (full-width and mathematical digits are ASCII: ２５ is 25), with superscripts as powers
+    (5² is 5^{2}), subscripts kept apart (x₁ is x_{1}) and vulgar fractions as \\frac (3½ is a mixed number)."""
+    if s.isascii():
+        return s
+    s = _SUPERSCRIPTS.sub(lambda m: "^{" + unicodedata.normalize("NFKC", m.group()) + "}", s)
+    s = _SUBSCRIPTS.sub(lambda m: "_{" + unicodedata.normalize("NFKC", m.group()) + "}", s)
+    s = _VULGAR.sub(lambda m: "\\frac{" + unicodedata.normalize("NFKC", m.group()).replace("\u2044", "}{") + "}", s)
+    return unicodedata.normalize("NFKC", s).replace("\u2044", "/")
+
+
 def _unwrap(s: str, ends: tuple[tuple[str, str], ...]) -> str:
     s = s.strip()
     for left, right in ends:
@@ -157,13 +184,18 @@ def _unwrap(s: str, ends: tuple[tuple[str, str], ...]) -> str:
     return s
 
 
-def to_text(answer: str, number: bool = False) -> str:
-    """``answer`` as one plain expression; ``number``: the reference is one number (thousands, units: above)."""
+def to_text(answer: str, number: bool = False, count: bool = False) -> str:
+    """``answer`` as one plain expression; ``number``: the reference is one number (thousands, units: above);
+    ``count``: a lone number's percent sign is dropped (25\\% is 25, the percentage count), else it is /100."""
+    if len(answer) > MAX_CHARS:
+        raise Unparsable(f"answer longer than {MAX_CHARS} characters")
+    answer = normalize_unicode(answer)
     if len(answer) > MAX_CHARS:
         raise Unparsable(f"answer longer than {MAX_CHARS} characters")
     s = _unwrap(answer, _DELIMITERS).rstrip(".").strip()
     for old, new in _SYMBOLS:
         s = s.replace(old, new)
+    s = _PERCENT_WORD.sub("\\%", s.rstrip())
     if number:
         s = _strip_unit(s).strip()
     for wrapper in _WRAPPERS:
@@ -175,6 +207,8 @@ def to_text(answer: str, number: bool = False) -> str:
     for cmd in ("\\dfrac", "\\tfrac", "\\frac"):
         s = _replace_command(s, cmd, lambda a, b: f"(({a})/({b}))", mixed=True)
     s = _replace_command(s, "\\sqrt", lambda a: f"sqrt({a})")
+    if count and number and (lone := _PERCENT_COUNT.fullmatch(s.strip())) and abs(float(lone.group(1))) >= 1:
+        s = lone.group(1)  # under 1 (0.25\%) a count is far less likely than a slip on a fraction: /100 only
     for old, new in (("\\left", ""), ("\\right", ""), ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"),
                      ("\\%", "/100"), ("%", "/100"), ("\\pi", " pi "), ("\\infty", " oo "), ("\\ln", " ln "),
                      ("\\log", " log "), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("{", "("), ("}", ")")):

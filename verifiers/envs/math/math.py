@@ -3,12 +3,25 @@
 Contract:
 - The answer is the content of ``\\boxed{...}`` (nested braces allowed; a box whose
   braces never close is skipped); with no box, the last line ``Answer: ...``
-  (``**Answer:** 25`` too). No answer: reward 0.0, ``no_answer``. Boxes that are
-  not all equivalent: reward 0.0, ``ambiguous_answer``.
-- The answer is read by ``latex.to_text`` (its docstring: currency signs, units
-  after a number, thousands separators, ``\\frac12``, ``\\sqrt[n]{}``, mixed numbers,
-  repeating decimals, ``\\mathbf{}``); units and thousands only when the reference
-  is one number.
+  (``**Answer:** 25`` too); with neither, the answer the last line's last sentence
+  states (``final_sentence``: ``So the answer is 25.``, ``The total is 25 apples.``),
+  only when that sentence holds exactly one number, after a conclusion word (answer,
+  total, so, thus, ...), with no hedge (or, about, at least, not, thousand, ...) and
+  no operator right before it (``x + 25`` is not 25): never a number picked from the
+  reasoning above, never one of two. No answer: reward 0.0, ``no_answer``. Boxes that
+  are not all equivalent: reward 0.0, ``ambiguous_answer``.
+- The answer is read by ``latex.to_text`` (its docstring: Unicode NFKC (full-width
+  digits), currency signs, units after a number (``\\text{ cm}^2`` too), thousands
+  separators, ``\\frac12``, ``\\sqrt[n]{}``, mixed numbers, repeating decimals,
+  ``\\mathbf{}``); units and thousands only when the reference is one number.
+- Percent: a percent sign (``%``, ``\\%``, ``percent``) is /100, so ``25\\%`` equals 0.25.
+  When the reference is one number, a lone number of at least 1 with a percent sign is
+  also its percentage count, the sign dropped on both sides: ``25\\%`` equals a
+  reference of 25, and 25 equals a reference of ``25\\%``. A bare reference cannot say
+  whether 25 means 25 percent, and the sign on the right count is not another answer;
+  the readings are never mixed (``0.25\\%`` is neither 25 nor ``25\\%``), and under 1 the
+  sign is only /100 (``0.25\\%`` is not a reference of 0.25: far likelier a slip on a
+  fraction than a count below one percent).
 - Equivalence (sympy): equal after LaTeX normalization, or numerically equal
   within relative tolerance 1e-6 when both are constants, or ``simplify(a - b)
   == 0``. So 1/2, 0.5, \\frac{1}{2} and 2/4 are equal. Comma-separated answers
@@ -33,8 +46,8 @@ Contract:
   bounds (checked once per reference, in its own bounded call), else the task
   cannot be scored: valid=False ``verifier_error`` for every completion, and
   generation rejects the task (its reference completion does not score 1.0).
-- The answer-line pattern is linear in the completion's length (no stall before
-  the bounded worker is reached).
+- The answer-line pattern and the last-sentence reader are linear in the completion's
+  length (no stall before the bounded worker is reached).
 - Bounds per completion: the answers are compared in a worker process (``verifiers.bounds``) with at most
   ``LIMITS.cpu_s`` CPU seconds, ``LIMITS.wall_s`` seconds of wall clock and ``LIMITS.memory_bytes`` of memory
   (``\\boxed{exp(exp(exp(100)))}`` would otherwise compute for minutes or more). A completion that
@@ -48,6 +61,7 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -62,16 +76,19 @@ from sympy.parsing.sympy_parser import (
 from flywheel.schemas import Task, Verdict
 from flywheel.verifiers import bounds
 from flywheel.verifiers.common import batch_rewards, guarded_verify
-from flywheel.verifiers.envs.math.latex import Unparsable, to_text
+from flywheel.verifiers.envs.math.latex import NOT_UNITS, Unparsable, normalize_unicode, to_text
 
 NAME = "math"
-VERSION = "1.4.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers;
+VERSION = "1.5.0"  # 1.1: too_large and timeout (bounded sympy work); 1.2: unreadable reference, exact numbers;
 #                    1.2.1: an undefined term (0/0) is refused, not cancelled; 1.3: a decimal is the exact number
 #                    it writes (12345670.0, 1.234568e7 and 1e-13 no longer pass for 12345678 and 0 by tolerance);
 #                    a decimal for a fraction with no finite decimal must be it rounded at its last digit;
 #                    1.4: honest forms read (latex.py: thousands separators, currency, units, \frac12, \sqrt[2],
 #                    \mathbf, degrees, repeating decimals, mixed numbers, U+2212, **Answer:**, a stray unbalanced
 #                    box skipped); single letters are plain symbols (S(623), N(623) no longer evaluate)
+#                    1.5: units with a power (\text{ cm}^2), 25\% and 25 percent for a reference of 25 (a percentage
+#                    count), NFKC (full-width digits ２５), the answer in the last sentence when there is no box and
+#                    no Answer: line (one number, a conclusion word before it, no hedge)
 REL_TOL = 1e-6
 REL_TOL_EXACT = sympy.Rational(1, 10**6)  # the float 1e-6 is a hair below 10**-6: 0.333333 for 1/3 missed
 # 2 CPU seconds is 10x the slowest golden case; the wall bound only backs it up on a loaded machine.
@@ -85,6 +102,23 @@ _SAFE = re.compile(r"^[0-9a-z+\-*/().,\s^]*$")
 _REFUSED = re.compile(r"\.\s*[a-z]|\d\s+\.?\d", re.I)  # attribute access (e.n(9)); two numbers side by side (1 234)
 # linear: one flat class per run of characters, and the greedy (.*\S) backtracks only over trailing blanks
 _ANSWER_LINE = re.compile(r"^[ \t*_#>]*(?:final[ \t]+)?answer[ \t*_]*[:：][ \t*_]*(.*\S)[ \t\r]*$", re.I | re.M)
+# the last sentence states the answer only after one of these words, and never next to a hedge
+_CUES = {"answer", "total", "result", "therefore", "thus", "hence", "so", "finally", "altogether", "overall", "sum",
+         "product", "value"}
+_SENTENCE_HEDGES = (NOT_UNITS - {"and", "to", "at", "e", "i", "percent", "percentage", "pct"}) | {
+    "probably", "likely", "might", "may", "could", "would", "guess", "estimate", "close", "near", "nearest", "within",
+    "range", "like", "some", "somewhere", "round", "rounds", "rounded", "rounding", "unsure", "uncertain", "isn",
+    "wasn", "aren", "doesn", "don", "didn", "won", "cannot", "can", "never", "instead", "wrong", "incorrect", "check",
+    "verify", "wait", "suppose", "assume", "assuming", "try", "possible", "option", "options", "choice", "choices",
+    "candidate", "candidates", "unknown", "twice", "thrice", "double", "doubled", "triple", "tripled", "square",
+    "cube", "power", "factor", "factors", "multiple", "multiples", "divisor", "divisors", "one", "two", "three",
+    "four", "five", "six", "seven", "eight", "nine", "ten", "twenty", "fifth", "fifths", "sixth", "seventh", "eighth",
+    "ninth"}
+# what may stand right before the number: a word (is, equals:), or a letter and = (x = 25); a $, \( or ** and a sign
+# after it. Not an operator, bracket or lone letter: x + 25, x - 25 and (25 - 1) are not 25.
+_LEAD = re.compile(r"(?:(?<![A-Za-z])[A-Za-z]\s*=|[A-Za-z]{2,}\s*[:=]?|:)\s*(?:\\?\$|\\\(|\*\*){0,2}\s*"
+                   r"([-\u2212]?)\s*$")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")  # 25, 2.5, 1,234 (1,2,3 too: a list, which never equals one number)
 _GLOBALS: dict[str, Any] = {}
 exec("from sympy import *", _GLOBALS)  # the names parse_expr's generated code refers to (Integer, Symbol, ...)
 
@@ -112,7 +146,29 @@ def extract_answers(text: str) -> list[str]:
     if boxes:
         return boxes
     lines = _ANSWER_LINE.findall(text)
-    return [line.strip("*_ \t") for line in lines[-1:]]
+    stated = [line.strip("*_ \t") for line in lines[-1:]] or [final_sentence(text)]
+    return [answer for answer in stated if answer]
+
+
+def final_sentence(text: str) -> str:
+    """The answer a completion's last sentence states (``So the answer is 25.``, ``The total is 25 apples.``): from
+    its one number (a sign before it kept) to the sentence's end, read like an answer line; '' unless the last line's
+    last sentence holds exactly one number (an exponent, as in cm^2, is no number), a conclusion word before it
+    (_CUES) and no hedge (_SENTENCE_HEDGES: or, about, at least, not, thousand, ...). Linear: one split, one scan."""
+    line = normalize_unicode(text.rstrip().rpartition("\n")[2]).strip(" \t*_#>")
+    if "\\boxed" in line or "\\fbox" in line:
+        return ""
+    sentence = re.split(r"(?<=[.!?])\s+", line)[-1].rstrip("*_ ")
+    numbers = [m.start() for m in _NUMBER.finditer(sentence)
+               if not sentence[max(0, m.start() - 2):m.start()].endswith(("^", "^{"))]
+    if len(numbers) != 1:
+        return ""
+    before = sentence[:numbers[0]]
+    words = set(re.findall(r"[a-z]+", before.lower()))
+    lead = _LEAD.search(before[-40:])  # a bounded tail: the anchored search stays linear
+    if lead is None or not words & _CUES or words & _SENTENCE_HEDGES:
+        return ""
+    return ("-" if lead.group(1) else "") + sentence[numbers[0]:].rstrip(". *_")
 
 
 def _check_powers(expr: sympy.Basic) -> None:
@@ -192,9 +248,7 @@ def _one_number(text: str) -> bool:
         return False
 
 
-def equivalent(answer: str, reference: str) -> bool:
-    b = to_text(reference)
-    a = to_text(answer, number=_one_number(b))
+def _equal_texts(a: str, b: str) -> bool:
     if a.replace(" ", "") == b.replace(" ", ""):
         return True
     parts_a, parts_b = a.split(","), b.split(",")
@@ -203,11 +257,28 @@ def equivalent(answer: str, reference: str) -> bool:
     return all(_same(to_expr(x.strip()), to_expr(y.strip())) for x, y in zip(parts_a, parts_b, strict=True))
 
 
-def _safe_equivalent(answer: str, reference: str) -> bool:
+def equivalent(answer: str, reference: str) -> bool:
+    """Equal as written (a percent sign is /100); when the reference is one number, also equal as percentage counts
+    (the sign dropped on both sides: 25\\% is 25, and 25 answers a reference of 25\\%). Either reading, never a
+    mix: 0.25\\% is neither 25\\% nor 25."""
+    b = to_text(reference)
+    number = _one_number(b)
+    readings = [(to_text(answer, number=number), b)]
+    if number:
+        counts = to_text(answer, number=True, count=True), to_text(reference, number=True, count=True)
+        readings += [counts] if counts != readings[0] else []
+    return any(_safe(_equal_texts, x, y) for x, y in readings)
+
+
+def _safe(compare_texts: Callable[[str, str], bool], answer: str, reference: str) -> bool:
     try:
-        return equivalent(answer, reference)
+        return compare_texts(answer, reference)
     except (Unparsable, TypeError, ValueError, OverflowError):
         return False
+
+
+def _safe_equivalent(answer: str, reference: str) -> bool:
+    return _safe(equivalent, answer, reference)
 
 
 def compare(answers: list[str], reference: str) -> tuple[bool, bool]:
@@ -284,7 +355,7 @@ def _score(task: Task, completion: str) -> Verdict:
     answers = extract_answers(completion)
     if not answers:
         return _verdict(reward=0.0, valid=True, failure_class="no_answer",
-                        details="no \\boxed{} and no 'Answer:' line")
+                        details="no \\boxed{}, no 'Answer:' line and no answer in the last sentence")
     key = tuple(answers)
     try:
         _readable_reference(reference)
