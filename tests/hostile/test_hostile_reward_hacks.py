@@ -372,4 +372,4 @@ def test_an_argument_equal_to_its_schema_default_is_not_counted() -> None:
 
 
 def test_versions_say_what_changed() -> None:
-    assert (tool_call.VERSION, workplace.VERSION, cli.VERSION) == ("1.3.0", "1.3.0", "1.5.0")
+    assert (tool_call.VERSION, workplace.VERSION, cli.VERSION) == ("1.3.0", "1.3.0", "1.6.0")

@@ -12,7 +12,8 @@ Contract:
   are normalized lexically and wrappers (env, timeout, sudo -u, xargs, sh -c ...)
   are seen through, and so are interpreter one-liners (``python -c``, ``perl -e``,
   ``node -e`` ...), ``$(echo PATH)``, ``${V:-PATH}`` and variables assigned
-  earlier on the line (``cli_lex``); relative paths are judged against a ``cd``
+  earlier on the line (``cli_lex``) or set by loops, ``read``, arrays and ``set --`` and the lines ``parallel``
+  runs (``cli_vars``); relative paths are judged against a ``cd``
   on the line, and a climb out of an unknown directory (``../..``) as reaching
   ``/``; in-place edits (``sed -i``, ``perl -pi``) of critical files; text
   that the line does not show as written run by a shell or interpreter (a pipe
@@ -26,7 +27,8 @@ Contract:
   ``sudo`` dropped; for commands of known option grammar, clustered short flags
   split, so ``-rf`` == ``-f -r``, options reordered freely but each paired
   with its value first, so ``tail -n 5 -c 10`` is not ``tail -c 5 -n 10``;
-  long options spelled as their short twin and ``head -20`` as ``-n 20``;
+  long options spelled as their short twin and ``head -20`` as ``-n 20``; honest equivalents (``--``, ``./x``,
+  ``chmod +x``, ``git switch -c``, ``x.service``, ``head < f``: ``cli_norm``);
   old-style ``tar czf``; arguments keep their order; ``find``'s tests joined
   by AND commute; any other command compared word for word) and compared
   with the reference: 1.0 if equal, else 0.0 (``wrong_command``).
@@ -80,7 +82,14 @@ NAME = "cli"
 #      ${IFS}, nested defaults, root globs (/e*), ~root / ~+, sh /dev/stdin, source /dev/stdin, xargs sh -c {}, and
 #      ``f & f`` fork bombs; a line whose substitutions more than double it is unsafe (it cost 0.87 s). The match:
 #      find -regextype is a barrier (it changes the tests after it).
-VERSION = "1.5.0"
+# 1.6: the safety check follows variables set without ``=``: loops (``for d in /; do rm -rf $d; done``), read /
+#      mapfile from here-strings and pipes, arrays, ``set --`` and ``sh -c CODE ARGS`` (cli_vars), and the lines GNU
+#      ``parallel`` runs (``parallel rm -rf ::: /``); ``flock F -c``, ``runuser U -c``, ``script -c``, ``sg``, a
+#      command word holding a whole line (``watch 'rm -rf /'``), ``{rm,-rf,/}``, ``V=$HOME``. The match accepts
+#      honest equivalents (cli_norm): ``--`` before plain arguments, ``./x`` for file operands, ``chmod +x`` as
+#      ``a+x`` (r/x/X only, default umask), ``git switch -c`` as ``checkout -b``, ``x.service`` as ``x``,
+#      ``head < f`` and ``cat f | head`` as ``head f``.
+VERSION = "1.6.0"
 MAX_CHARS = 4096  # 14x the longest reference command
 
 

@@ -9,7 +9,7 @@ Contract (pure functions of strings, each linear in its input):
 - ``expand`` substitutes what the line itself says a word holds: ``$(echo X)``/``$(printf X)``, variables
   assigned earlier on the line (one level of chaining, values of at most ``MAX_VALUE`` characters), and the
   literal word of ``${V:-W}``/``${V-W}``/``${V:=W}``/``${V:+W}`` (two levels: ``${V:-${W:-/}}``; the word may be
-  what the line runs with), and ``${IFS}``/``$IFS`` as a space.
+  what the line runs with), ``${IFS}``/``$IFS`` as a space and ``$HOME``/``${HOME}`` as ``~``.
 - ``system``/``critical`` judge a path normalized lexically (``//``, ``/./``, ``..``, trailing ``/``, ``~``,
   ``$HOME``, ``${HOME}``, ``~root``, ``~user``; ``~+``/``~-`` are an unknown directory); a glob at the root
   (``/e*``, ``/???``) is a system path. A relative path is made absolute against the working directory a ``cd``
@@ -52,6 +52,7 @@ VARIABLE = re.compile(r"(?<![^\s;&|(])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?:\"(?P<
                       r"|(?P<bare>[^\s;&|'\"`$()\\]*)(?=[\s;&|)]|$))"
                       r"|\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<ref>[A-Za-z_][A-Za-z0-9_]*))")
 IFS = re.compile(r"\$\{IFS\}|\$IFS(?![A-Za-z0-9_])")  # rm${IFS}-rf${IFS}/: the field separator is a space
+HOME_VAR = re.compile(r"\$\{HOME\}|\$HOME(?![A-Za-z0-9_])")  # V=$HOME; rm -rf $V: ``~`` (norm reads it as home)
 ANSI_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|[0-7]{1,3}|.)")
 ANSI_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
                "\\": "\\", "'": "'", '"': '"', "?": "?"}
@@ -147,7 +148,7 @@ def restore(text: str, keep: set[str] | frozenset[str] = frozenset()) -> str:
 def expand(text: str) -> str:
     """``text`` with ``$(echo X)``, ``${V:-X}`` and variables assigned earlier on the line replaced lexically; two
     linear passes (the second resolves one level of chaining, ``W=/; V=$W``)."""
-    text = IFS.sub(" ", ECHO_SUB.sub(lambda m: m.group(2), text))
+    text = HOME_VAR.sub("~", IFS.sub(" ", ECHO_SUB.sub(lambda m: m.group(2), text)))
     text = DEFAULT.sub(lambda m: m.group(1), DEFAULT.sub(lambda m: m.group(1), text))  # ${V:-${W:-/}}
     return _expand_once(_expand_once(text))
 

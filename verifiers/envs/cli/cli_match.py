@@ -21,11 +21,15 @@ Contract (pure functions of the tokens):
   A test keeps its own value: ``find . -name X -mtime Y`` is not ``find . -mtime X -name Y``. A word it does not
   know makes the whole command compared word for word.
 - Any other command (``lsof``, ``ssh``, unknown tools) is compared word for word: no reordering at all.
+- Honest equivalents are made one first (``cli_norm``): ``--``, ``./x``, chmod modes, ``git switch -c``,
+  ``x.service``, ``head < f``; and ``cat f | FILTER`` (no file operand, not ``tail -f``) is ``FILTER f``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from flywheel.verifiers.envs.cli.cli_norm import FILTERS, FOLLOW, input_file, split_mode, switch_as_checkout, tidy
 
 CLUSTERED = {"rm", "ls", "cp", "mv", "chmod", "chown", "grep", "tar", "mkdir", "du", "df", "ps", "head", "tail",
              "sort", "wc", "uniq", "cut", "ln", "rsync", "scp", "zip", "unzip", "gzip", "touch", "cat", "diff"}
@@ -166,14 +170,21 @@ def known_form(name: str, words: list[str]) -> Form:
             i += 1
     aliases = ALIASES.get(name, {})
     options = [(aliases.get(flag, flag), value) for flag, value in options]
-    return name, tuple(sorted(options, key=repr)), tuple(arguments)
+    return name, tuple(sorted(options, key=repr)), tuple(tidy(name, arguments))
 
 
 def command_form(raw: list[str]) -> Form:
-    cmd = _strip_wrappers(raw)
+    cmd = switch_as_checkout(_strip_wrappers(raw))
     if not cmd:
         return ()
     name, words = _name(cmd)
+    mode, words = split_mode(words) if name == "chmod" else (None, words)
+    if mode is not None:  # chmod -x f: the mode is an argument
+        found = known_form(name, words)
+        return (*found[:2], (mode, *found[2]))
+    source, rest = input_file(name, words)
+    if source is not None and not known_form(name, rest)[2]:  # head -n 10 < f: f is the operand
+        return known_form(name, [*rest, source])
     if name == "tar" and words and words[0].isalpha() and TAR_FUNCTIONS & set(words[0]):
         words = _tar_bundle(words)
     if name in GRAMMAR:
@@ -237,10 +248,18 @@ def line_form(commands: list[list[str]], operators: list[str]) -> Form:
     """A command line's comparison form: each command's form with the operator after it (see the contract)."""
     if operators[-1:] == [";"] and not commands[-1]:  # a trailing ``;`` changes nothing
         commands, operators = commands[:-1], operators[:-1]
-    ops = operators
+    forms, ops = [command_form(cmd) for cmd in commands], list(operators)
+    index = 0
+    while index < len(ops):  # cat f | head -n 10 is head -n 10 f
+        cat, nxt = forms[index], forms[index + 1]
+        if ops[index] == "|" and cat[:2] == ("cat", ()) and len(cat[2]) == 1 and nxt[:1] and nxt[0] in FILTERS \
+                and nxt[2] == () and not (nxt[0] == "tail" and FOLLOW & {f for f, _ in nxt[1]}):
+            forms[index:index + 2], ops[index:index + 1] = [(*nxt[:2], cat[2])], []
+        else:
+            index += 1
     out: list[Any] = []
-    for index, cmd in enumerate(commands):
-        out.append(command_form(cmd))
+    for index, form in enumerate(forms):
+        out.append(form)
         if index < len(ops):
             out.append(("op", ops[index]))
     return tuple(out)

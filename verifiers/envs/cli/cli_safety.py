@@ -13,10 +13,19 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 
 from flywheel.verifiers.envs.cli.cli_code import INTERPRETER, code_danger, programs
 from flywheel.verifiers.envs.cli.cli_lex import MAX_VALUE, FormatError, anchor, critical, expand, restore, split_line
-from flywheel.verifiers.envs.cli.cli_rules import chdir, disk_danger, file_danger, power_danger, redirect_targets
+from flywheel.verifiers.envs.cli.cli_rules import (
+    alternatives,
+    chdir,
+    disk_danger,
+    file_danger,
+    power_danger,
+    redirect_targets,
+)
+from flywheel.verifiers.envs.cli.cli_vars import parallel_lines, variants
 
 SHELL_NAMES = {"sh", "bash", "zsh", "dash", "ksh"}
 SHELLS = {"sh", "bash", "zsh", "ksh", "dash", "fish", "python", "python3", "perl", "ruby", "node"}
@@ -29,9 +38,12 @@ WRAPPERS = {"sudo": {"-u", "-g", "-h", "-p", "-C", "-U", "-r", "-t", "-D", "-R"}
             "xargs": {"-n", "-I", "-P", "-L", "-d", "-E", "-s", "-a"}, "busybox": set(), "setsid": set(),
             "chrt": set(), "taskset": set(), "watch": {"-n", "-d"}, "strace": {"-o", "-e", "-p", "-s", "-u", "-E"},
             "ltrace": {"-o", "-e", "-p", "-s", "-u"}, "chroot": {"--userspec", "--groups"}, "flock": {"-w", "-E"},
-            "runuser": {"-u", "-g", "-G"}, "unbuffer": set(), "faketime": set(), "fakeroot": set()}
+            "runuser": {"-u", "-g", "-G", "-s"}, "unbuffer": set(), "faketime": set(), "fakeroot": set(), "sg": set()}
 # Positionals before the command: timeout DURATION, chrt PRIO, taskset MASK, chroot DIR, flock FILE, faketime TIME.
-WRAPPER_POSITIONALS = {"timeout": 1, "chrt": 1, "taskset": 1, "chroot": 1, "flock": 1, "faketime": 1}
+WRAPPER_POSITIONALS = {"timeout": 1, "chrt": 1, "taskset": 1, "chroot": 1, "flock": 1, "faketime": 1, "sg": 1}
+# Commands whose ``-c CODE`` a shell runs (``flock FILE -c``, ``runuser USER -c``, ``script -qc``, ``sg GROUP -c``);
+# value: how many words (a file, a user) may come before it.
+SHELL_OPTION = {"flock": 1, "runuser": 1, "script": 1, "sg": 1}
 KEYWORDS = {"{", "}", "!", "if", "then", "elif", "else", "do", "while", "until"}  # reserved words before a command
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")  # -c, -xc, -ec, -lc
@@ -42,6 +54,8 @@ DECODERS = {"base64", "base32", "basenc", "xxd", "uudecode", "openssl"}  # their
 FIND_EXEC = {"-exec", "-execdir", "-ok", "-okdir"}
 MAX_DEPTH = 3  # nested sh -c "..." / eval strings / find -exec commands looked into
 MAX_GROWTH = 2  # substitutions may at most double a line (plus two values); past it the line is unsafe
+MAX_VALUES = (16, 4)  # parallel arguments followed on the line, in nested code; past it: unsafe
+MAX_VARIANTS = (16 * 4096, 4096)  # characters of loop-variable copies of a line (cli_vars.variants); past it: unsafe
 
 
 def _unwrap(cmd: list[str]) -> tuple[list[str], bool, str | None]:
@@ -52,7 +66,15 @@ def _unwrap(cmd: list[str]) -> tuple[list[str], bool, str | None]:
         if ASSIGNMENT.match(cmd[0]) or cmd[0] in KEYWORDS:  # FOO=1 cmd, { cmd, then cmd
             cmd = cmd[1:]
             continue
+        if "," in cmd[0] and alternatives(cmd[0]) != [cmd[0]]:  # {rm,-rf,/}: bash expands the braces into words
+            cmd = [*alternatives(cmd[0]), *cmd[1:]]
+            continue
+        if any(c.isspace() for c in cmd[0]):  # watch 'rm -rf /': a shell line, judged by _commands_danger
+            return cmd, via_xargs, where
         name = posixpath.basename(cmd[0])
+        code = _option_code(name, cmd)
+        if code is not None:
+            return ["sh", "-c", code], via_xargs, where
         if name not in WRAPPERS:
             return [name, *cmd[1:]], via_xargs, where
         via_xargs = via_xargs or name == "xargs"
@@ -76,6 +98,20 @@ def _unwrap(cmd: list[str]) -> tuple[list[str], bool, str | None]:
     return cmd, via_xargs, where
 
 
+def _option_code(name: str, cmd: list[str]) -> str | None:
+    """The shell code of ``flock FILE -c CODE``, ``runuser USER -c``, ``script -qc``, ``sg GROUP -c``, or None."""
+    words = SHELL_OPTION.get(name, -1)
+    for i, tok in enumerate(cmd[1:], start=1):
+        if words < 0:
+            return None
+        if tok.startswith("--command="):
+            return tok.partition("=")[2]
+        if tok in ("-c", "--command") or (name == "script" and SHELL_C.fullmatch(tok)):
+            return cmd[i + 1] if i + 1 < len(cmd) else None
+        words -= 0 if tok.startswith("-") else 1
+    return None
+
+
 def _fork_bomb(text: str) -> bool:
     """A function that runs itself twice at once (``:(){ :|:& };:``, ``f(){ f & f; }; f``); linear."""
     defined = {re.split(r"[\s;&|{}()]+", piece.rstrip())[-1] for piece in re.split(r"\(\s*\)", text)[:-1]}
@@ -96,7 +132,18 @@ def danger(text: str, depth: int = 0) -> str | None:
     expanded = expand(text)
     if len(expanded) > MAX_GROWTH * (len(text) + MAX_VALUE):
         return "substitutions expand the line past twice its length"
-    for line in dict.fromkeys((text, expanded)):
+    lines = dict.fromkeys((text, expanded))
+    for line in list(lines):
+        try:
+            more = variants(line, *split_line(line), MAX_VARIANTS[depth > 0])
+        except FormatError:
+            continue
+        if more is None:
+            return "a loop, read or array over more values than the check follows"
+        if any(len(m) > MAX_GROWTH * (len(text) + MAX_VALUE) for m in more):
+            return "substitutions expand the line past twice its length"
+        lines.update(dict.fromkeys(m for v in more for m in (v, expand(v))))
+    for line in lines:
         try:
             commands, operators = split_line(line)
         except FormatError:
@@ -190,9 +237,14 @@ def _commands_danger(commands: list[list[str]], operators: list[str], depth: int
     for index, raw in enumerate(commands):
         cmd, via_xargs, where = _unwrap(raw)
         reason = None
+        if cmd and cmd[0] == "parallel":
+            fed = commands[index - 1][1:] if index and operators[index - 1] == "|" else []
+            reason = _lines_danger(parallel_lines(cmd, fed, MAX_VALUES[depth > 0]), depth)
+        elif cmd and any(c.isspace() for c in cmd[0]):  # watch 'rm -rf /', sg root 'rm -rf /': a shell line
+            reason = _nested(" ".join(cmd), depth)
         if any(critical(t, cwd) for t in redirect_targets(raw)):  # whatever the command: > /dev/sda
             return "write to a disk or a critical system file"
-        if cmd:
+        if cmd and not reason:
             targets = [t for t in cmd[1:] if not t.startswith("-")]
             if via_xargs and index:  # ``find / | xargs rm -rf``: the arguments come from the previous stage
                 targets += commands[index - 1][1:]
@@ -207,6 +259,13 @@ def _commands_danger(commands: list[list[str]], operators: list[str], depth: int
         elif op == ")" and saved:
             cwd = saved.pop()
     return None
+
+
+def _lines_danger(lines: list[str] | None, depth: int) -> str | None:
+    """Why one of the command lines ``parallel`` runs is dangerous (None for lines: too many to follow)."""
+    if lines is None:
+        return "parallel over more arguments than the check follows"
+    return next(filter(None, (_nested(line, depth) for line in lines)), None)
 
 
 def _command_danger(cmd: list[str], targets: list[str], cwd: str | None, depth: int) -> str | None:
@@ -257,8 +316,9 @@ def _shell_code(cmd: list[str]) -> str | None:
 def _shell_danger(cmd: list[str], depth: int) -> str | None:
     """Why the code a shell, ``eval`` or an interpreter runs is dangerous (``bash -c``, ``python -c``, ``<<<``)."""
     name, code = cmd[0], _shell_code(cmd)
-    if code is not None:
-        return _nested(code, depth)  # bash -c "rm -rf /"
+    if code is not None:  # bash -c "rm -rf /"; its arguments are $0, $1 ..: sh -c 'rm -rf $1' _ /
+        args = cmd[cmd.index(code) + 1:]
+        return _nested(f"set -- {' '.join(shlex.quote(a) for a in args)}; {code}" if args else code, depth)
     if name == "eval":
         return _nested(" ".join(cmd[1:]), depth)
     fed = _here_string(cmd)
