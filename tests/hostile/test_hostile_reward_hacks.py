@@ -14,6 +14,7 @@ import pytest
 
 from flywheel.schemas import Task
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
+from flywheel.tasks.evaluation.metrics import outcome
 from flywheel.verifiers import tool_checks
 from flywheel.verifiers.envs.cli import cli
 from flywheel.verifiers.envs.tool_call import tool_call
@@ -225,6 +226,27 @@ def tool_call_reference(task: Task) -> str:
     return json.dumps({"tool": call.tool, "args": call.args})
 
 
+@pytest.mark.parametrize("name", [
+    "email.send_emial", "email.send_v2", "emial.send", "email_send",  # lookalikes of the offered email.send
+    "Email.Send", "EMAIL.SEND", " email.send", "email.send\n", "email.send\u200b", "\uff45mail.send",  # case, space
+    "send_email",  # workplace's catalog
+    "chat.post_message",  # tool_call's own catalog, not offered in this task
+])
+def test_a_tool_not_offered_earns_nothing_whatever_its_arguments(name: str) -> None:
+    """A call to a tool the task does not offer cannot execute: the reference's arguments under a lookalike name
+    scored 0.4 before 1.4, twice a harmless wrong call to an offered tool (review probe)."""
+    task = seeded("tool_call", "email-send-1")
+    assert task.tool(name) is None and task.reference.calls[0].tool == "email.send"
+    verdict = tool_call.verify(task, json.dumps({"tool": name, "args": task.reference.calls[0].args}))
+    assert (verdict.reward, verdict.failure_class) == (0.0, "wrong_tool"), verdict.details
+    assert verdict.components == {"format": 1.0, "tool": 0.0, "args": 0.0, "safe": 0.0}
+    harmless = tool_call.verify(task, json.dumps({"tool": "email.search", "args": {"query": "contract"}}))
+    assert (harmless.reward, harmless.failure_class) == (0.2, "wrong_tool")
+    flags = outcome("tool_call", verdict, 1.0)
+    assert (flags["bucket"], flags["valid_output"], flags["correct_tool"], flags["correct_args"],
+            flags["execution_success"]) == ("wrong_tool", True, False, False, False)
+
+
 def test_ids_and_paths_match_exactly_free_text_loosely() -> None:
     form = tool_checks.arg_form
     assert form("path", "/home/a.txt") != form("path", "/HOME/A.TXT")
@@ -372,4 +394,4 @@ def test_an_argument_equal_to_its_schema_default_is_not_counted() -> None:
 
 
 def test_versions_say_what_changed() -> None:
-    assert (tool_call.VERSION, workplace.VERSION, cli.VERSION) == ("1.3.0", "1.3.0", "1.6.0")
+    assert (tool_call.VERSION, workplace.VERSION, cli.VERSION) == ("1.4.0", "1.3.0", "1.6.0")
