@@ -55,6 +55,7 @@ from flywheel.tasks.data.quality import QualityParams, failed_expectations, run_
 from flywheel.tasks.data.seeds import env_paths
 from flywheel.tasks.data.split import contamination, split_table
 from flywheel.tasks.files import check_destination
+from flywheel.verifiers import get_verifier
 from flywheel.verifiers.envs import get_env
 
 FINAL_SCHEMA = {**ACCEPTED_SCHEMA, "group_id": pl.String, "split": pl.String}
@@ -119,6 +120,8 @@ def _artifact(name: str, summary: dict[str, Any]) -> None:
     lines += ["", "| reject reason | rows |", "|---|---:|"]
     lines += [f"| {r} | {n} |" for r, n in summary["reject_reasons"].items()] or ["| (none) | 0 |"]
     head = f"# Dataset {name}\n\nVersion: `{summary.get('version_dir', '(not published)')}`\n\n"
+    if summary.get("verifiers"):
+        head += "Verifiers: " + ", ".join(f"{env} {v}" for env, v in summary["verifiers"].items()) + "\n\n"
     create_markdown_artifact(key=f"dataset-{name}".lower().replace("_", "-"), markdown=head + "\n".join(lines),
                              description="per-stage counts and reject reasons")
 
@@ -222,6 +225,7 @@ def generate_dataset(config: GenerateConfig) -> GenerateResult:
         "params": config.model_dump(mode="json", exclude={"out", "cache_dir", "workers", "dask_address", "seeds_dir",
                                                           "min_heldout"}),
         "run_seed": config.seed, "code_version": code_version(), "seeds_hash": seeds_hash,
+        "verifiers": {config.env: get_verifier(config.env).VERSION},
         "parents": tuple(str(Path(p).resolve()) for p in config.parents),  # the folders, links resolved
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -231,7 +235,7 @@ def generate_dataset(config: GenerateConfig) -> GenerateResult:
                "reject_reasons": reasons, "candidates": candidates, "cache_hits": log.hits,
                "timings": {**log.timings, "task_wall_s": log.walls, "dask_overhead_s": dask_overhead(),
                            "flow_s": time.perf_counter() - t_start}}
-    _artifact(config.dataset_name, summary)
+    _artifact(config.dataset_name, summary | {"verifiers": manifest["verifiers"]})
     link_artifacts(f"dataset-{config.dataset_name}", {"manifest": Path(version_dir) / "manifest.json",
                                                        "quality": Path(version_dir) / "quality.json"})
     return GenerateResult.model_validate(summary)

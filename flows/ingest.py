@@ -40,6 +40,7 @@ from flywheel.tasks.data.publish import check_version, publish, read_manifest, r
 from flywheel.tasks.data.seeds import env_paths, load_tools
 from flywheel.tasks.data.split import contamination
 from flywheel.tasks.files import write_text_atomic
+from flywheel.verifiers import get_verifier
 
 SCORED_SCHEMA = {"trajectory": pl.String, "env": pl.String, "bucket": pl.String, "reward": pl.Float64,
                  "detail": pl.String, "disagrees": pl.Boolean, "task": pl.String, "prompt": pl.String,
@@ -154,6 +155,7 @@ def ingest_trajectories(config: IngestConfig) -> IngestResult:
     fields = {"env": manifest.env, "counts": counts, "stage_counts": manifest.stage_counts,
               "reject_reasons": manifest.reject_reasons, "run_seed": manifest.run_seed, "code_version": code_version(),
               "seeds_hash": manifest.seeds_hash, "parents": (str(src.resolve()),),
+              "verifiers": {manifest.env: get_verifier(manifest.env).VERSION},  # what scored the rows added here
               "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "params": {**manifest.params, "ingest": {"trajectories": str(Path(config.trajectories).resolve()),
                                                        "threshold": config.threshold, "added": len(rows)}}}

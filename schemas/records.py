@@ -269,6 +269,8 @@ class DatasetManifest(Record):
     seeds_hash: str
     parents: tuple[str, ...] = ()
     created_at: str
+    # env -> version of the verifier that checked the references this publish wrote (empty: an older manifest)
+    verifiers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -213,7 +214,7 @@ def test_quality_suite_passes_and_fails() -> None:
 def test_publish_is_atomic_and_content_addressed(tmp_path, monkeypatch) -> None:
     frames = {"train": _table(3), "heldout": _table(1), "rejected": _table(0)}
     fields = dict(env="tool_call", counts={}, stage_counts={}, reject_reasons={}, params={}, run_seed=1,
-                  code_version="x", seeds_hash="y", created_at="now")
+                  code_version="x", seeds_hash="y", created_at="now", verifiers={"tool_call": "1.4.0"})
     old = os.umask(0o002)  # a group-shared umask: the published version follows it (mkdtemp's 0700 would not)
     try:
         first = publish(tmp_path, "ds", frames, fields)
@@ -223,6 +224,11 @@ def test_publish_is_atomic_and_content_addressed(tmp_path, monkeypatch) -> None:
     assert stat.S_IMODE(first.stat().st_mode) == 0o775
     assert stat.S_IMODE((first / "manifest.json").stat().st_mode) == 0o664
     assert publish(tmp_path, "ds", frames, {**fields, "created_at": "later"}) == first
+    assert read_manifest(first).verifiers == {"tool_call": "1.4.0"}
+    older = json.loads((first / "manifest.json").read_text())  # a manifest written before verifiers was recorded
+    del older["verifiers"]
+    (first / "manifest.json").write_text(json.dumps(older))
+    assert read_manifest(first).verifiers == {}
 
     def boom(*a, **k):
         raise OSError("disk full")

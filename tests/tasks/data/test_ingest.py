@@ -15,6 +15,7 @@ from flywheel.flows.eval import load_split
 from flywheel.flows.ingest import IngestConfig, ingest_trajectories
 from flywheel.tasks.data.ingest import IngestError
 from flywheel.tasks.data.publish import read_manifest
+from flywheel.verifiers.envs.tool_call import tool_call
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 EXAMPLES = Path(__file__).resolve().parents[3] / "datasets" / "examples" / "trajectories.jsonl"
@@ -67,6 +68,8 @@ def test_failures_become_deduplicated_heldout_regression_tasks(tool_dataset, tmp
     assert new.parent == src.parent and new != src
     manifest = read_manifest(new)
     assert manifest.parents == (str(src.resolve()),) and manifest.counts["regression_added"] == 3
+    # the verifier that checked the references: generate's (the source version) and ingest's (this one)
+    assert read_manifest(src).verifiers == manifest.verifiers == {"tool_call": tool_call.VERSION}
     assert (new / "train.parquet").read_bytes() != b"" and pl.read_parquet(new / "train.parquet").equals(train)
     new_held = pl.read_parquet(new / "heldout.parquet")
     assert new_held.height == held.height + 3 and new_held.head(held.height).equals(held)
