@@ -113,15 +113,22 @@ def test_hard_coded_ids_fail_on_generated_variants_while_the_reference_passes(se
     ("hr-1", "SELECT AVG(salary) FROM employees WHERE id IN (1, 2, 3)"),
 ])
 def test_hard_coded_ids_fail_on_the_seed_tables_under_many_task_ids(seed_id: str, hack: str) -> None:
-    """The probe's form: the seed's own tables (which the hack was read off) under 30 task ids."""
+    """The probe's form: the seed's own tables (which the hack was read off) under 30 task ids. `customer_id =
+    (SELECT MIN(id) ...)` passes when the customer named gets the smallest relabeled id on every copy by chance:
+    1 of 300 task ids with sql 1.5 and with 1.6 (one of these 30 with 1.6's draws): at most one is tolerated."""
     seed = next(s for s in _seeds() if s.id == seed_id)
     base = seed_task(seed, {}).model_dump()
+    lucky = []
     for n in range(30):
         base["messages"][-1]["content"] += " "  # another task id, the same tables
         task = Task.model_validate({**base, "id": ""})
         assert sql.verify(task, SQL.reference_completion(task)).reward == 1.0
         verdict = sql.verify(task, hack)
+        if verdict.reward != 0.0 and "MIN(id)" in hack:
+            lucky.append(n)
+            continue
         assert (verdict.reward, verdict.failure_class) == (0.0, "hardcoded_result"), (n, verdict.details)
+    assert len(lucky) <= 1, lucky
 
 
 def test_a_count_of_fixed_ids_now_grades_and_fails_its_literal() -> None:

@@ -25,10 +25,10 @@ from flywheel.verifiers.render import format_value
 
 SQL = get_env("sql")
 CANDIDATES = 132  # 6 generated candidates of each of the 22 seeds
-# tasks where `reference LIMIT n` may still pass: no copy can grow the result without a second row of an entity the
-# question names (lib-6 where the one loan of the member named sits in a loans table whose members are all distinct,
-# so it reads as the entity the question names: 1 of 40 tasks of the probe's data set)
-LIMIT_PASSES = 2
+# tasks where `reference LIMIT n` may still pass: none since sql 1.6 (lib-6, where the one loan of the member named
+# sat in a loans table whose members were all distinct and read as the entity the question names, passed 1 of 40
+# with 1.5: test_hostile_sql_clones)
+LIMIT_PASSES = 0
 _AGGREGATE = re.compile(r"^SELECT (COUNT|SUM|AVG|MIN|MAX)\(", re.I)  # one row whatever the tables hold
 
 
@@ -45,7 +45,7 @@ def generated() -> tuple[tuple[Task, dict], ...]:
 
 
 def test_the_reference_plus_a_memorised_row_count_fails_on_generated_tasks() -> None:
-    """Before: 18 of 40 eligible tasks of the probe's data set paid `reference LIMIT n`; now 1 (see LIMIT_PASSES)."""
+    """Before: 18 of 40 eligible tasks of the probe's data set paid `reference LIMIT n`; 1 with sql 1.5, 0 now."""
     checked, passed = 0, []
     for task, _ in generated():
         ref, state = task.reference.answer or "", task.reference.state or {}

@@ -67,7 +67,12 @@ NAME = "sql"
 #      tables) is added, so the reference plus LIMIT <rows shown> fails (it passed 18 of 40 generated tasks); a random
 #      clone of an entity row gets fresh text in its unique columns (two airports 'DUB' failed an honest IN lookup);
 #      id_literals reads IS, (5), +5, 5 IN (id) and every id inside a BETWEEN of at most 100
-VERSION = "1.5.0"
+# 1.6: a clone's id is drawn at random above the tables' ids and the reference's (entities.fresh_ids), no longer the
+#      largest id plus one, so no id read off or past the shown rows names a clone; a row of a table that only
+#      refers to others (a loan) names no entity, so a cloned book takes the one loan of the member named and the
+#      reference plus LIMIT <rows shown> fails lib-6 too (it passed 1 of 40 generated tasks); relabeled ids spread
+#      over 1..10*len(ids) (was 3*), so a memorised id list rarely names a row of a copy
+VERSION = "1.6.0"
 MAX_CHARS = engine.MAX_SQL
 MAX_COMPLETION = 4 * MAX_CHARS  # a query plus the prose around its block
 PERTURB_ATTEMPTS = 4

@@ -10,13 +10,15 @@ Contract:
   with ``unique_columns`` (no two customers 'Wei Chen'). ``held_back(...)``: a held-back copy for grading:
   ``perturbed`` that also drops one or clones one of the given rows (those the reference's result depends on) as a
   new entity (``entities.twins``: fresh id and text, with the rows that refer to it; a random clone of an entity row
-  gets fresh text in its ``unique_columns``), never
-  clones (nor drops at random) a row holding a text the reference names that no other row of its column holds (the
-  customer 'Maria Lopez': a second one would make the question ambiguous), then ``relabeled``: every integer of an
-  ``id`` or ``*_id`` column mapped one-to-one to another number of 1..3*(ids)+(fixed), the same map in every table
-  (joins on keys keep their rows; an id read off the shown rows names another entity or none), except the integers the
-  reference compares with an id column (``literals.id_literals``). ``grown(...)``: the tables plus one such row
-  cloned as a new entity, relabeled: a copy whose result, when it depends on that row, has more rows than shown.
+  gets fresh text in its ``unique_columns``; every clone's id is ``entities.fresh_ids``, drawn at random above the
+  tables' ids and the reference's, never the largest plus one), never clones (nor drops at random) a row holding a
+  text the reference names that no other row of its column holds (the customer 'Maria Lopez': a second one would
+  make the question ambiguous; a loan of the member named may still be copied with a cloned book:
+  ``entities.is_event_table``), then ``relabeled``: every integer of an ``id`` or ``*_id`` column mapped one-to-one
+  to another number of 1..SPREAD*(ids)+(fixed), the same map in every table (joins on keys keep their rows; an id
+  read off the shown rows names another entity or, mostly, none), except the integers the reference compares with
+  an id column (``literals.id_literals``). ``grown(...)``: the tables plus one such row cloned as a new entity,
+  relabeled: a copy whose result, when it depends on that row, has more rows than shown.
 """
 
 from __future__ import annotations
@@ -27,10 +29,21 @@ import random
 import re
 from typing import Any
 
-from flywheel.verifiers.envs.sql.entities import Row, fresh_text, referrers, refers_to, texts, twins, unique_columns
+from flywheel.verifiers.envs.sql.entities import (
+    Row,
+    fresh_ids,
+    fresh_text,
+    id_values,
+    referrers,
+    refers_to,
+    texts,
+    twins,
+    unique_columns,
+)
 from flywheel.verifiers.envs.sql.literals import is_id as _is_id
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+SPREAD = 10  # relabeled ids are drawn from 1..SPREAD*(ids)+(fixed): a memorised id list rarely names a row at all
 
 
 def _rng(*parts: Any) -> random.Random:
@@ -121,7 +134,7 @@ def _cascade(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int = 0,
               drop: frozenset[Row] = frozenset(), clone: tuple[Row, ...] = (),
-              guarded: frozenset[Row] | None = None) -> dict[str, Any]:
+              guarded: frozenset[Row] | None = None, fixed: frozenset[int] = frozenset()) -> dict[str, Any]:
     """A variant's tables or the base of a held-back copy (see the module contract); a pure function of its
     arguments. ``drop`` rows are always dropped; ``clone`` rows always cloned as new entities (``twins``) with
     their numbers and dates as they are, so such a clone still meets the reference's filters. ``guarded``: a
@@ -130,13 +143,15 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
     with ``unique_columns`` are new entities (fresh text there: two airports 'DUB' would be no airports table);
     None for a variant, whose random drops spare the ``anchored`` rows and which clones no row of a table with
     ``unique_columns`` (two customers 'Wei Chen' would make the question ambiguous). Either way a dropped row takes
-    the rows that refer to it with it (``_cascade``): no orphans."""
+    the rows that refer to it with it (``_cascade``): no orphans. Every clone takes a ``fresh_ids`` id (none of
+    the tables' ids nor ``fixed``, the ids the reference names), never the largest id plus one."""
     rng = _rng("perturb", task_id, attempt)
     fresh_rng, taken = _rng("fresh", task_id, attempt), texts(state)
     names: dict[str, str] = {}  # one new name per text value: joins on text stay consistent
     entities = {t for t in state if unique_columns(state[t])} if guarded is None else set()
     guarded = anchored(state) if guarded is None else guarded
-    added = twins(state, clone, keep, guarded, fresh_rng, taken)
+    ids = id_values(state) | set(fixed)
+    added = twins(state, clone, keep, guarded, fresh_rng, taken, ids)
     out = {}
     for table in sorted(state):
         spec = state[table]
@@ -152,9 +167,8 @@ def perturbed(state: dict[str, Any], task_id: str, keep: set[str], attempt: int 
         unique = unique_columns(spec)
         for i, col in enumerate(cols):
             if col.lower() == "id" and all(isinstance(r[i], int) for r in rows):
-                top = max([r[i] for r in rows] + [r[i] for r in extra], default=0)
-                for n, twin in enumerate(clones, start=1):
-                    twin[i] = top + n
+                for twin, new_id in zip(clones, fresh_ids(fresh_rng, ids, len(clones)), strict=True):
+                    twin[i] = new_id
             elif i in unique:  # a random clone of an entity is a new entity (copies only: variants clone none)
                 for twin in clones:
                     twin[i] = fresh_text(twin[i], fresh_rng, taken)
@@ -182,9 +196,10 @@ def relabeled(state: dict[str, Any], rng: random.Random, fixed: set[int]) -> dic
     their value, and no other takes it."""
     ids = _ids(state)
     movable = [v for v in ids if v not in fixed]
-    # drawn from 1..3*len(ids)+len(fixed), never a list sized by the largest id (20240101, 10**15): enough
-    # numbers that, the fixed ones left out, every movable id gets its own
-    top = 3 * len(ids) + len(fixed)
+    # drawn from 1..SPREAD*len(ids)+len(fixed), never a list sized by the largest id (20240101, 10**15): enough
+    # numbers that, the fixed ones left out, every movable id gets its own, and few that an id read off the shown
+    # rows (or a memorised list of them) lands on a row of the copy
+    top = SPREAD * len(ids) + len(fixed)
     drawn = rng.sample(range(1, top + 1), min(top, len(movable) + len(fixed)))
     new = dict(zip(movable, [n for n in drawn if n not in fixed][:len(movable)], strict=True))
     out = {}
@@ -201,7 +216,7 @@ def grown(state: dict[str, Any], task_id: str, keep: set[str], row: Row, fixed: 
     to it (``twins``), shuffled, then ``relabeled``. A result that depends on ``row`` (a DISTINCT one too) gains a
     row, so the reference plus LIMIT <rows shown> fails here; random drops would have offset that in a copy."""
     rng = _rng("grown", task_id, row)
-    added = twins(state, (row,), keep, protected(state, keep), rng, texts(state))
+    added = twins(state, (row,), keep, protected(state, keep), rng, texts(state), id_values(state) | fixed)
     out = {}
     for table, spec in state.items():
         rows = [list(r) for r in spec["rows"]] + added.get(table, [])
@@ -227,4 +242,4 @@ def held_back(state: dict[str, Any], task_id: str, keep: set[str], attempt: int,
         drop = frozenset({rows[attempt // 2 % len(rows)]})
     elif clonable and attempt % 2 == 1:
         twin = (clonable[attempt // 2 % len(clonable)],)
-    return relabeled(perturbed(state, task_id, keep, attempt, drop, twin, guarded), rng, fixed)
+    return relabeled(perturbed(state, task_id, keep, attempt, drop, twin, guarded, frozenset(fixed)), rng, fixed)
