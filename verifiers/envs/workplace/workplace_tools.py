@@ -4,19 +4,24 @@ Contract: the state is plain JSON, one table per kind (emails, events, projects,
 interactions), each a dict from record id to record. A tool takes the state and its (already schema-checked)
 arguments, may change the state in place, and returns a JSON observation; a bad id raises ``ToolError``,
 which the session turns into an error observation. Records a tool creates get ids ``NEW-<table>-<n>``, n one past
-both the table's size and the highest such n in the table (``new_id``): deterministic, and never the id of a record
-in the table, so a creation after a delete cannot overwrite an earlier record; the reward compares created records
-by content, not by id.
+the table's size, the highest such n in the table and, in a session, the highest n it issued or its initial state
+held (``new_id``, ``ISSUED``): deterministic, and never the id of a record in the table nor of one deleted earlier in
+the session, so a creation after a delete neither overwrites an earlier record nor takes its id (the session's
+record of what it created and who it reached is by id); the reward compares created records by content, not by id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 State = dict[str, dict[str, dict[str, Any]]]
 TABLES = ("emails", "events", "projects", "tasks", "contacts", "deals", "interactions")
 ME = "me@acme.example"
+# A session's table -> the highest n of a NEW-<table>-<n> id it issued or its initial state held, set by the Session
+# around each call (its ``issued``); only grows, so a deleted record's id is never issued again. None: no session.
+ISSUED: ContextVar[dict[str, int] | None] = ContextVar("ISSUED", default=None)
 
 
 # The fields of a record the tools read, per table (a tool on a record without them would raise KeyError), and
@@ -60,20 +65,29 @@ def _get(state: State, table: str, rid: str) -> dict[str, Any]:
     return record
 
 
-def new_id(records: dict[str, Any], table: str) -> str:
-    """The id of the next record created in ``records`` (the table ``table``): ``NEW-<table>-<n>`` with n past the
-    table's size (the numbering before 1.2, unchanged while nothing was deleted) and past every n already there."""
+def highest(records: dict[str, Any], table: str) -> int:
+    """The highest n of a ``NEW-<table>-<n>`` id in ``records`` (0 when none; longer numbers are ignored)."""
     prefix = f"NEW-{table}-"
     numbers = (rid[len(prefix):] for rid in records if rid.startswith(prefix))
-    taken = max((int(n) for n in numbers if n.isascii() and n.isdigit() and len(n) < 10), default=0)
-    n = max(len(records), taken) + 1
+    return max((int(n) for n in numbers if n.isascii() and n.isdigit() and len(n) < 10), default=0)
+
+
+def new_id(records: dict[str, Any], table: str, floor: int = 0) -> str:
+    """The id of the next record created in ``records`` (the table ``table``): ``NEW-<table>-<n>`` with n past the
+    table's size (the numbering before 1.2, unchanged while nothing was deleted), past every n already there and
+    past ``floor`` (the highest n the session issued)."""
+    prefix = f"NEW-{table}-"
+    n = max(len(records), highest(records, table), floor) + 1
     while f"{prefix}{n}" in records:  # a crafted state's longer numbers: at most one step per record
         n += 1
     return f"{prefix}{n}"
 
 
 def _new(state: State, table: str, record: dict[str, Any]) -> dict[str, Any]:
-    rid = new_id(state[table], table)
+    issued = ISSUED.get()
+    rid = new_id(state[table], table, issued.get(table, 0) if issued is not None else 0)
+    if issued is not None:
+        issued[table] = int(rid.rsplit("-", 1)[1])
     state[table][rid] = record
     return {"id": rid, **record}
 
