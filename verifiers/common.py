@@ -73,10 +73,52 @@ def guarded_verify(name: str, version: str, score: Callable[[Task, str], Verdict
                        verifier=name, verifier_version=version)
 
 
+MAX_DEPTH = 64  # JSON nesting a tool call's arguments may have: the tool_call verifier's and the agent loop's bound
+# A JSON string (escapes included, or unterminated up to the end) or a bracket; possessive, so a scan never backtracks.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"?|[\[\]{}]', re.S)
+
+
+def _text_too_deep(text: str) -> bool:
+    """Whether ``text``'s brackets outside its strings nest deeper than ``MAX_DEPTH``, read without recursion."""
+    depth = 0
+    for token in _TOKEN.finditer(text):
+        mark = token.group()
+        if mark in ("[", "{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif mark in ("]", "}"):
+            depth -= 1
+    return False
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether a decoded JSON value nests deeper than ``MAX_DEPTH``, read without recursion (stops past the bound)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list | tuple):
+            if depth > MAX_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
 def call_arguments(tool_call: dict[str, Any]) -> Any:
-    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON is returned as is."""
+    """An OpenAI tool call's arguments: a JSON string or an object. Text that is not JSON, or JSON nested deeper than
+    ``MAX_DEPTH``, is returned as is, and an object nested deeper is a text saying so: arguments a session answers
+    with an error observation, as the agent loop's ``tasks.inference.protocol.call_arguments`` does, so a replay
+    scores as the live episode did. The depth is read before parsing, without recursion: never a RecursionError."""
     raw = tool_call.get("function", {}).get("arguments", {})
     if not isinstance(raw, str):
+        return f"<arguments nested deeper than {MAX_DEPTH} levels>" if _too_deep(raw) else raw
+    if not raw.strip():
+        return {}
+    if _text_too_deep(raw):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
         return raw
     try:
         return json.loads(raw) if raw.strip() else {}

@@ -240,6 +240,29 @@ def test_workplace_oversized_trajectories(wp_task: Task) -> None:
     assert within(5, lambda: workplace.verify(wp_task, deep)).failure_class in ("format_error", "incomplete")
 
 
+def test_workplace_call_arguments_have_an_explicit_depth_bound(wp_task: Task) -> None:
+    """Arguments nested past 64 levels are text, as the agent loop makes them (an error observation when replayed):
+    the depth is read before parsing, so 100,000 levels are neither a RecursionError (format_error before workplace
+    1.4) nor a stall, and 65 levels are refused as surely as 100,000."""
+    from flywheel.verifiers.common import MAX_DEPTH, call_arguments
+
+    def args(levels: int) -> str:
+        return '{"a": ' + "[" * (levels - 1) + "]" * (levels - 1) + "}"
+
+    deep = args(100_000)
+    assert within(2, lambda: call_arguments({"function": {"arguments": deep}})) == deep
+    assert call_arguments({"function": {"arguments": args(MAX_DEPTH)}}) == json.loads(args(MAX_DEPTH))
+    assert call_arguments({"function": {"arguments": args(MAX_DEPTH + 1)}}) == args(MAX_DEPTH + 1)
+    assert call_arguments({"function": {"arguments": '{"a": "[[[[", "b": 1}'}}) == {"a": "[[[[", "b": 1}
+    nested: list[Any] = []
+    for _ in range(100_000):
+        nested = [nested]
+    assert call_arguments({"function": {"arguments": nested}}) == f"<arguments nested deeper than {MAX_DEPTH} levels>"
+    call = {"role": "assistant", "tool_calls": [{"function": {"name": "list_events", "arguments": deep}}]}
+    verdict = within(5, lambda: workplace.verify(wp_task, json.dumps([call])))
+    assert (verdict.reward, verdict.failure_class, verdict.components["tool_errors"]) == (0.0, "incomplete", 1)
+
+
 def test_bounds_kinds() -> None:
     limits = bounds.Limits(cpu_s=1, wall_s=3.0, memory_bytes=1 << 30)
     with pytest.raises(bounds.BoundExceeded, match="exceeded the 1 s CPU bound") as cpu:  # long before its wall bound
