@@ -200,9 +200,9 @@ def test_harmless_reference_scores_full() -> None:
 ])
 def test_safety_check_is_fast_at_the_cap(line: str) -> None:
     assert len(line) <= cli.MAX_CHARS
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: three CI workers on two cores stretched 0.08 s of wall time to 0.56
     cli.verify(task(), line)
-    assert time.monotonic() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 def test_version_bumped() -> None:

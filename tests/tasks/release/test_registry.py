@@ -177,10 +177,10 @@ def test_a_killed_promotion_leaves_the_registry_as_it_was(tmp_path, adapters, ca
     assert probe.returncode == 0, probe.stderr[-2000:]
     rollback = runner.invoke(app, ["rollback", "--registry", str(reg_dir)])
     assert rollback.exit_code == 1  # one promotion: nothing earlier
-    for i in range(1, 7):  # kill at spread-out moments of a run
+    for i in range(1, 5):  # kill at spread-out moments of a run
         before = [e.model_dump() for e in reg.events()]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        time.sleep(duration * i / 7)
+        time.sleep(duration * i / 5)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         after = [e.model_dump() for e in reg.events()]  # every event file parses: none is half-written
