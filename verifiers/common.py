@@ -120,7 +120,3 @@ def call_arguments(tool_call: dict[str, Any]) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        return raw

@@ -128,7 +128,7 @@ def run_(
     check_interval: int = option(RunConfig, "check_interval"),
     validation_tasks: int = option(RunConfig, "validation_tasks"),
     capability_tasks: int = option(RunConfig, "capability_tasks"),
-    capability_envs: list[str] = option(RunConfig, "capability_envs", "--capability-env"),
+    capability_envs: list[str] = option(RunConfig, "capability_envs", "--capability-env", metavar="ENV"),
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),
     curriculum_tasks: int = option(RunConfig, "curriculum_tasks"),
     curriculum: str = option(RunConfig, "curriculum"),
