@@ -222,14 +222,19 @@ def test_postgres_start_again_prints_the_running_url_or_refuses_another_port(sta
 
 
 def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> None:
+    """`flywheel-run/end-to-end` on the stack, reduced, on workplace: SFT and GRPO run as the train-policy/gpu
+    deployment and the gate as promote/gate; the run's own checks are those of a workplace run (one run for both, to
+    keep CI short): a workplace dataset, agent-episode evals of the same rollouts, SFT on gold episodes, GRPO on
+    whole episodes (two prompts a step, one group per pass; their counts in the log), `curriculum both`, the gate on
+    tokens per call, not seconds. The tool_call run through the CLI: tests/flows/test_pipeline.py."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
     out = Path(stack["home"]) / "runs" / "tiny"
-    params = {"out": str(out), "n": 40, "heldout_fraction": 0.3, "eval_limit": 4, "sft_steps": 2, "grpo_steps": 1,
-              "num_generations": 2, "max_tokens": 16, "gpu_pool": "gpu", "curriculum_samples": 2,
-              "curriculum_tasks": 4, "validation_tasks": 2, "capability_tasks": 0, "refill": 0,
-              "grpo_learning_rate": 5e-5, "grpo_replay": 1.0, "grpo_replay_rows": 2,
-              "check_interval": 1}  # the last four reach GRPO's config; capability checks: test_pipeline.py
+    params = {"out": str(out), "env": "workplace", "seed": 1, "n": 20, "heldout_fraction": 0.3, "eval_limit": 4,
+              "sft_steps": 1, "grpo_steps": 1, "num_generations": 2, "grpo_prompts": 2, "max_tokens": 16,
+              "train_limit": 2, "refill": 1, "curriculum": "both", "curriculum_tasks": 2, "capability_tasks": 0,
+              "validation_tasks": 1, "gpu_pool": "gpu", "grpo_learning_rate": 5e-5,
+              "check_interval": 1}  # the last two reach GRPO's config; capability checks: test_pipeline.py
     run = _wait(stack, _trigger(stack, "flywheel-run/end-to-end", params).id, timeout=900)
     assert run.state.is_completed(), run.state.message
     with _client(stack) as client:
@@ -239,13 +244,51 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
     launched = sorted(deployments[c.deployment_id] for c in children if c.deployment_id)
     assert launched == ["gate@cpu", "gpu@gpu", "gpu@gpu"]  # SFT and GRPO on the gpu pool, then the gate
     summary = json.loads((out / "summary.json").read_text())
-    assert (set(summary["stages"]) == {"sft", "grpo"}
+    assert (set(summary["stages"]) == {"sft", "grpo"} and summary["config"]["env"] == "workplace"
             and summary["gate"]["version"] == summary["stages"][summary["promoted_stage"]]["version"])
-    grpo = json.loads((out / "grpo" / "train_config.json").read_text())
-    assert [grpo[k] for k in ("learning_rate", "replay_weight", "replay_rows", "eval_interval")] == [5e-5, 1, 2, 1]
-    assert json.loads((Path(summary["dataset"]) / "manifest.json").read_text())["params"]["heldout_fraction"] == 0.3
+    manifest = json.loads((Path(summary["dataset"]) / "manifest.json").read_text())
+    assert manifest["params"]["heldout_fraction"] == 0.3 and manifest["env"] == "workplace"
     assert (out / "registry").is_dir() and "gate-report" in _artifacts(stack, next(
         c.id for c in children if deployments.get(c.deployment_id) == "gate@cpu"))
+    _check_workplace_run(out, summary)
+
+
+def _check_workplace_run(out: Path, summary: dict) -> None:
+    import polars as pl
+
+    from flywheel.tasks.release.registry import Registry
+
+    keys = []
+    for name, ev in summary["evals"].items():
+        rollouts = pl.read_parquet(Path(ev["report"]).parent / "rollouts.parquet")
+        keys.append(rollouts.select("task_id", "sample", "seed").sort("task_id").rows())
+        assert rollouts["steps"].min() >= 1 and rollouts.height == 4, name  # agent episodes
+    assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"] and keys[0] == keys[1] == keys[2]
+    start, *grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert start["step"] == 0 and "val_success" in start  # the start adapter's validation check
+    assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
+    # two prompts a step, one group per forward/backward pass (gradient accumulation); at most one redraw each
+    assert grpo[0]["groups"] == 2 and grpo[0]["groups_dropped"] <= 2
+    config = json.loads((out / "grpo" / "train_config.json").read_text())
+    assert [config[k] for k in ("micro_batch", "learning_rate", "eval_interval")] == [2, 5e-5, 1]
+    # curriculum both: one greedy answer per task (2 here) and 4 samples each; GRPO on the tasks either picks
+    curriculum = pl.read_parquet(out / "curriculum" / "per_task.parquet")
+    sampled = pl.read_parquet(out / "curriculum-sampled" / "per_task.parquet")
+    wrong = set(curriculum.filter(pl.col("mark") == "never")["task_id"])
+    either = wrong | set(sampled.filter(pl.col("mark") == "mixed")["task_id"])
+    assert curriculum.height == 2 and summary["curriculum"].startswith(f"{len(wrong)} of 2 train tasks answered wrong")
+    assert sampled.height == 2 and (sampled["samples"] == 4).all()
+    assert config["train_on"] == "failures"  # SFT has no curriculum: its config says so
+    assert json.loads((out / "sft" / "train_config.json").read_text())["train_on"] == "mixed"
+    union = out / "curriculum" / "failures_and_mixed.parquet"
+    assert config["skip_tasks"] == (str(union) if either else None)
+    assert set(pl.read_parquet(union).filter(pl.col("mark") == "mixed")["task_id"]) == either
+    assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] in (0, 1)  # agent episodes
+    reg = Registry(summary["registry"])
+    assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}
+    gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
+    checks = {(c["name"], c["scope"]): c for c in gate["result"]["checks"]}
+    assert checks[("tokens_per_call_p95", "overall")]["gated"] and not checks[("latency_p95_s", "overall")]["gated"]
 
 
 def test_nightly_schedule_materialises_runs_after_a_server_restart(stack) -> None:

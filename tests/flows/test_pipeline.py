@@ -106,55 +106,6 @@ def test_a_gpu_pool_without_its_deployment_is_a_clear_error(prefect_api) -> None
         downstream(TRAIN_DEPLOYMENT, "gpu", {})
 
 
-@pytest.mark.slow
-def test_run_on_workplace_trains_agents_on_episodes(tmp_path) -> None:
-    """`flywheel run --env workplace`, reduced: a workplace dataset, agent-episode evals of the same rollouts, SFT on
-    gold episodes, GRPO on whole episodes (two prompts a step, one group per pass; their counts in the log), the gate
-    on tokens per call, not seconds."""
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--env", "workplace", "--out", str(out), "--seed", "1",
-           "--n", "20", "--eval-limit", "4", "--sft-steps", "1", "--grpo-steps", "1", "--num-generations", "2",
-           "--grpo-prompts", "2", "--max-tokens", "16", "--train-limit", "2", "--refill", "1",
-           "--curriculum", "both", "--curriculum-tasks", "2", "--capability-tasks", "0", "--validation-tasks", "1"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    summary = json.loads((out / "summary.json").read_text())
-    assert result.returncode == (0 if summary["gate"]["passed"] else 1), result.stderr[-3000:]
-    assert "# flywheel run (workplace, seed 1" in result.stdout and summary["config"]["env"] == "workplace"
-    assert DatasetManifest.model_validate_json((Path(summary["dataset"]) / "manifest.json").read_text()).env \
-        == "workplace"
-    keys = []
-    for name, ev in summary["evals"].items():
-        rollouts = pl.read_parquet(Path(ev["report"]).parent / "rollouts.parquet")
-        keys.append(rollouts.select("task_id", "sample", "seed").sort("task_id").rows())
-        assert rollouts["steps"].min() >= 1 and rollouts.height == 4, name  # agent episodes
-    assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"] and keys[0] == keys[1] == keys[2]
-    start, *grpo = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    assert start["step"] == 0 and "val_success" in start  # the start adapter's validation check
-    assert grpo[0]["episode_steps"] >= 1 and "rollout_s" in grpo[0] and "rewards/workplace_reward/mean" in grpo[0]
-    # two prompts a step, one group per forward/backward pass (gradient accumulation); at most one redraw each
-    assert grpo[0]["groups"] == 2 and grpo[0]["groups_dropped"] <= 2
-    grpo_config = json.loads((out / "grpo" / "train_config.json").read_text())
-    assert grpo_config["micro_batch"] == 2
-    # --curriculum both: one greedy answer per task (2 here) and 4 samples each; GRPO on the tasks either picks
-    curriculum = pl.read_parquet(out / "curriculum" / "per_task.parquet")
-    sampled = pl.read_parquet(out / "curriculum-sampled" / "per_task.parquet")
-    wrong = set(curriculum.filter(pl.col("mark") == "never")["task_id"])
-    either = wrong | set(sampled.filter(pl.col("mark") == "mixed")["task_id"])
-    assert curriculum.height == 2 and summary["curriculum"].startswith(f"{len(wrong)} of 2 train tasks answered wrong")
-    assert sampled.height == 2 and (sampled["samples"] == 4).all()
-    assert grpo_config["train_on"] == "failures"  # SFT has no curriculum: its config says so
-    assert json.loads((out / "sft" / "train_config.json").read_text())["train_on"] == "mixed"
-    union = out / "curriculum" / "failures_and_mixed.parquet"
-    assert grpo_config["skip_tasks"] == (str(union) if either else None)
-    assert set(pl.read_parquet(union).filter(pl.col("mark") == "mixed")["task_id"]) == either
-    assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] in (0, 1)  # agent episodes
-    reg = Registry(summary["registry"])
-    assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}
-    gate = json.loads(Path(summary["gate"]["report"]).with_suffix(".json").read_text())
-    checks = {(c["name"], c["scope"]): c for c in gate["result"]["checks"]}
-    assert checks[("tokens_per_call_p95", "overall")]["gated"] and not checks[("latency_p95_s", "overall")]["gated"]
-
-
 def test_a_rejected_gate_lists_its_failed_checks_in_the_run_summary() -> None:
     """A trained model far better than the base but with one unsafe action where the base had none is rejected, and
     the summary's gate line says which checks failed (a full-profile run said only "REJECTED, success +0.953")."""

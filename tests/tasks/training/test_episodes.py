@@ -1,6 +1,7 @@
 """Multi-turn training on workplace (tasks/training/episodes.py): SFT rows, their loss mask and the labels TRL builds
 from it, the check that a gold trajectory still scores 1.0, GRPO episodes (isolated sessions, hostile replies), and a
-GRPO run through the CLI killed and resumed. `flywheel run --env workplace` is in tests/flows/test_pipeline.py."""
+GRPO run through the CLI killed and resumed. `flywheel run --env workplace`, as the gpu-pool deployment, is in
+tests/flows/test_operations.py."""
 
 from __future__ import annotations
 
