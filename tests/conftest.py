@@ -73,23 +73,35 @@ def prefect_api():
         yield
 
 
-@pytest.fixture(scope="session")
-def tool_dataset(tmp_path_factory, prefect_api) -> str:
-    """One small published tool_call version (80 rows) shared by the eval and training tests."""
+def _built_once(tmp_path_factory, name: str, config: dict) -> str:
+    """A dataset published once per test run and shared by the xdist workers (each used to build its own: up to a
+    minute of CI per worker): the first worker to ask builds it under a lock in the run's common temp folder, the
+    others wait for the lock and read its path (same seed, same rows). Tests never write into it (they copy it)."""
+    from filelock import FileLock
+
     from flywheel.flows.config import GenerateConfig
     from flywheel.flows.generate import run_generate
 
-    return run_generate(GenerateConfig(out=str(tmp_path_factory.mktemp("ds")), n=80, seed=3))["version_dir"]
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    done = root / f"{name}.path"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.is_file():
+            built = run_generate(GenerateConfig(out=str(root / name), **config))["version_dir"]
+            done.write_text(built)
+        return done.read_text()
+
+
+@pytest.fixture(scope="session")
+def tool_dataset(tmp_path_factory, prefect_api) -> str:
+    """One small published tool_call version (80 rows) shared by the eval and training tests."""
+    return _built_once(tmp_path_factory, "tool_dataset", {"n": 80, "seed": 3})
 
 
 @pytest.fixture(scope="session")
 def workplace_dataset(tmp_path_factory, prefect_api) -> str:
     """One small published workplace version (16 rows) shared by the multi-turn training and ingest tests."""
-    from flywheel.flows.config import GenerateConfig
-    from flywheel.flows.generate import run_generate
-
-    return run_generate(GenerateConfig(env="workplace", out=str(tmp_path_factory.mktemp("wds")), n=16,
-                                       seed=4))["version_dir"]
+    return _built_once(tmp_path_factory, "workplace_dataset", {"env": "workplace", "n": 16, "seed": 4})
 
 
 @pytest.fixture(scope="session")
