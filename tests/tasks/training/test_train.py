@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import lora_adapter
 from flywheel.flows.cli import app
 from flywheel.schemas import Task
 from flywheel.tasks.data.validate import reference_completion
@@ -273,17 +274,18 @@ def test_the_fused_lm_head_scores_only_labelled_positions_with_the_same_loss(mon
 
 @pytest.mark.slow
 def test_grpo_with_a_kl_term_anchors_on_the_start_adapter_not_the_base(dataset, tmp_path) -> None:
-    """beta > 0 from an SFT adapter: the KL must measure drift from the SFT policy, not from the base model (the
-    model with its adapter off, TRL's reference for a new adapter, which differs from SFT's policy). TRL 1.16 keeps a
-    frozen copy of a retrained adapter as "ref": at the first step the policy is the start policy, so the step's KL
-    is 0. Guards the anchor across TRL upgrades; the copy is not saved with the trained adapter."""
+    """beta > 0 from an adapter (SFT's, in the loop): the KL must measure drift from the start policy, not from the
+    base model (the model with its adapter off, TRL's reference for a new adapter, which differs from the start's
+    policy). TRL 1.16 keeps a frozen copy of a retrained adapter as "ref": at the first step the policy is the start
+    policy, so the step's KL is 0. Guards the anchor across TRL upgrades; the copy is not saved with the trained
+    adapter. The start is a random LoRA adapter (far from the base: a base reference would read a large KL), not a
+    trained one: what it was trained on does not matter here."""
     from flywheel.tasks.training.train import train
 
     common = {"dataset": dataset, "limit": 4, "eval_interval": 0, "eval_limit": 1, "max_completion_length": 16,
               "save_steps": 100}
-    sft = train(TrainConfig(out=str(tmp_path / "sft"), method="sft", max_steps=2, batch_size=2, learning_rate=1e-3,
-                            **common))
-    grpo = train(TrainConfig(out=str(tmp_path / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
+    adapter = lora_adapter(tmp_path / "start", seed=6)
+    grpo = train(TrainConfig(out=str(tmp_path / "grpo"), method="grpo", model=str(adapter), max_steps=1,
                              batch_size=2, num_generations=2, refill=0, beta=0.5, **common | {"eval_interval": 1},
                              validation=2))  # checkpoint selection too: the best checkpoint is saved and installed
     start, step = grpo["history"]  # step 0: the start adapter's validation check, the first best

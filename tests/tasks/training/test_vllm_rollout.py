@@ -62,11 +62,13 @@ def test_bad_rollout_backend_options_fail_with_one_clear_line(tool_dataset, tmp_
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tmp_path, monkeypatch) -> None:
+def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, workplace_dataset, tmp_path,
+                                                                  monkeypatch) -> None:
     """The engine serves the base until the first sync, then exactly the merged policy (the same greedy ids as a fresh
-    engine on the merged export: the prefix cache of the old weights is dropped); same seed, same samples; a GRPO
-    run on it trains and logs its rollout time. Its reservation is 0.4 GiB of the memory node, less than the
-    worker's own RSS (1.1 GiB), which vLLM's reading of the fraction counted against it: every start failed."""
+    engine on the merged export: the prefix cache of the old weights is dropped); same seed, same samples; agent
+    episodes on the same engine (``_check_episodes``); a GRPO run on it trains and logs its rollout time. Its
+    reservation is 0.4 GiB of the memory node, less than the worker's own RSS (1.1 GiB), which vLLM's reading of the
+    fraction counted against it: every start failed."""
     from flywheel.tasks.inference.hf import HFChatModel
     from flywheel.tasks.training.train import train
 
@@ -89,6 +91,7 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
         # seeded sampling over more than 4,096 prompt tokens in one call (vLLM's chunked prefill failed on CPU)
         long = [[1] + list(range(100 + 7 * i, 300 + 7 * i)) for i in range(32)]
         assert len(policy.generate_ids(long, 9, temperature=1.0, max_new_tokens=4)) == 32
+        _check_episodes(policy, _tasks(workplace_dataset, 3))  # the same engine: one start fewer (~30 s alone)
     finally:
         policy.close()
     assert served != before, "the synced weights must change what the engine writes"
@@ -110,38 +113,35 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, tm
     assert (Path(result["adapter"]) / "adapter_model.safetensors").is_file()
 
 
-@pytest.mark.slow
-@pytest.mark.vllm
-def test_agent_episodes_roll_out_on_vllm_seeded_and_train(workplace_dataset, tmp_path) -> None:
-    """Multi-turn GRPO on vLLM: the episodes of a lockstep batch are sampled on the engine (each step's context as
-    token ids), the same seed gives the same episodes from the same engine state (a sync: new weights, empty prefix
-    cache), each episode's first reply is the engine's sample for its row, and a GRPO run on workplace trains on them
-    and logs the episodes' counts."""
-    from flywheel.tasks.inference.hf import HFChatModel
+def _check_episodes(policy: VLLMPolicy, tasks: list[Task]) -> None:
+    """Multi-turn on vLLM: the episodes of a lockstep batch are sampled on the engine (each step's context as token
+    ids), the same seed gives the same episodes from the same engine state (a sync: new weights, empty prefix cache),
+    and each episode's first reply is the engine's sample for its row."""
     from flywheel.tasks.inference.protocol import batch_seed
     from flywheel.tasks.training.episodes import agent_prompt, token_episodes
-    from flywheel.tasks.training.train import train
 
-    need_vllm()
-    adapter = lora_adapter(tmp_path / "a", seed=4)
-    model, tokenizer = load_causal_lm(adapter)
-    tasks = _tasks(workplace_dataset, 3)
-    policy = VLLMPolicy(HFChatModel.wrap(model, tokenizer, Path("training")), model, adapter_base(adapter))
-    try:
-        runs = []
-        for _ in range(2):
-            policy.synced = None  # as after an optimizer step: weights sent, prefix cache dropped
-            policy.sync(0)
-            runs.append(token_episodes(policy, tasks, 7, 1.0, 1.0, 24, 3))
-        policy.synced = None
+    runs = []
+    for _ in range(2):
+        policy.synced = None  # as after an optimizer step: weights sent, prefix cache dropped
         policy.sync(0)
-        first = policy.generate_ids(policy.encode([agent_prompt(t) for t in tasks]), batch_seed([7, 1]), 1.0, 1.0, 24)
-    finally:
-        policy.close()
+        runs.append(token_episodes(policy, tasks, 7, 1.0, 1.0, 24, 3))
+    policy.synced = None
+    policy.sync(0)
+    first = policy.generate_ids(policy.encode([agent_prompt(t) for t in tasks]), batch_seed([7, 1]), 1.0, 1.0, 24)
     assert runs[0] == runs[1], "the same seed must give the same episodes"
     for episode, reply in zip(runs[0], first, strict=True):
         assert episode["completion_ids"][:len(reply)] == reply and episode["env_mask"][:len(reply)] == [1] * len(reply)
         assert len(episode["completion_ids"]) == len(episode["env_mask"]) and episode["episode"]["steps"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_agent_episodes_train_on_vllm(workplace_dataset, tmp_path) -> None:
+    """Multi-turn GRPO on vLLM (the engine's episodes themselves: ``_check_episodes``, in the test above): a GRPO run
+    on workplace trains on episodes sampled on its engine and logs their counts."""
+    from flywheel.tasks.training.train import train
+
+    need_vllm()
     result = train(TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "grpo"), method="grpo", limit=2,
                                max_steps=2, batch_size=2, num_generations=2, refill=0, eval_interval=0, eval_limit=1,
                                max_completion_length=16, save_steps=100, rollout_backend="vllm"))
