@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Stops what deploy/start.sh started under --home DIR (default ./flywheel-home): workers first (SIGINT: a process
 # worker ignores SIGTERM; both are signalled at once; an idle one is stopped within a second, a busy one gets up to
-# 30 s for its flow runs to end: a flow run still going then keeps running without its worker), then the server.
-# The database and all outputs stay.
+# --grace S seconds, default 30, for its flow runs to end: a flow run still going then keeps running without its
+# worker), then the server (as long, then killed). The database and all outputs stay.
 # A pid file whose process is gone, or was reused by another program, is removed without signalling anything.
 set -uo pipefail
 home=$PWD/flywheel-home
-case "${1:-}" in
-  --home) home=${2:?--home DIR} ;;
-  "") ;;
-  *) echo "unknown option $1 (usage: deploy/stop.sh [--home DIR])" >&2; exit 2 ;;
-esac
+grace=30
+usage="usage: deploy/stop.sh [--home DIR] [--grace SECONDS]"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --home) home=${2:?--home DIR}; shift 2 ;;
+    --grace) grace=${2-}; [ $# -ge 2 ] && shift 2 || shift ;;
+    *) echo "unknown option $1 ($usage)" >&2; exit 2 ;;
+  esac
+done
+case $grace in ""|*[!0-9]*|0*|?????*) echo "--grace must be a whole number of seconds from 1 to 3600, got '$grace'" >&2; exit 2 ;; esac
+[ "$grace" -le 3600 ] || { echo "--grace must be a whole number of seconds from 1 to 3600, got '$grace'" >&2; exit 2; }
 [ -d "$home" ] && home=$(cd "$home" && pwd)  # as start.sh wrote it into env.sh: absolute
 # shellcheck source=deploy/pids.sh
 source "$(dirname "$(readlink -f "$0")")/pids.sh" || exit 1
@@ -26,14 +32,14 @@ signal() {  # signal, name...: send the signal to each process group start.sh la
     echo "$pid"
   done
 }
-stop() {  # workers|server, signal, name...: signal them, wait up to 30 s for all, then SIGKILL what is left. Workers:
-  # Prefect's worker exits only on a second signal, even when idle (a wait of the whole 30 s), so a worker seen with no
+stop() {  # workers|server, signal, name...: signal them, wait up to --grace for all, then SIGKILL what is left. Workers:
+  # Prefect's worker exits only on a second signal, even when idle (a wait of the whole grace), so a worker seen with no
   # flow run process under it at three checks in a row (1 s: time to report a run that just ended) is killed then,
   # as a second Ctrl-C would do.
   local kind=$1; shift
   local pids; pids=$(signal "$@")
   declare -A idle=()
-  for _ in $(seq 60); do
+  for _ in $(seq $((grace * 2))); do
     local alive=0
     for pid in $pids; do
       case $(ps -o stat= -p "$pid" 2>/dev/null) in ""|Z*) continue ;; esac  # zombies are gone

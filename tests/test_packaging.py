@@ -377,10 +377,16 @@ def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_s
             proc.wait()
 
 
-@pytest.mark.parametrize("option", ["--help", "--hme", "-h"])
-def test_stop_refuses_an_unknown_option_and_stops_nothing(tmp_path, option: str) -> None:
-    """deploy/stop.sh takes only --home DIR: a mistyped option is one line and exit 2, not a stop of the default home
-    (./flywheel-home), whose running process and pid file stay."""
+GRACE = "--grace must be a whole number of seconds from 1 to 3600, got"
+BAD_STOPS = [([o], f"unknown option {o} (usage: deploy/stop.sh [--home DIR] [--grace SECONDS])")
+             for o in ("--help", "--hme", "-h")] + \
+            [(["--grace", *v], f"{GRACE} '{(v or [''])[0]}'") for v in ([], ["0"], ["x"], ["05"], ["3601"], ["-1"])]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_STOPS)
+def test_stop_refuses_an_unknown_option_and_stops_nothing(tmp_path, options: list[str], message: str) -> None:
+    """deploy/stop.sh takes only --home DIR and --grace SECONDS (1 to 3600): a mistyped option or a bad grace is one
+    line and exit 2, not a stop of the default home (./flywheel-home), whose running process and pid file stay."""
     home = tmp_path / "flywheel-home"
     home.mkdir()
     env = {**os.environ, "FLYWHEEL_HOME": str(home)}
@@ -388,10 +394,10 @@ def test_stop_refuses_an_unknown_option_and_stops_nothing(tmp_path, option: str)
                               env=env, start_new_session=True)
     try:
         (home / "worker-cpu.pid").write_text(f"{worker.pid}\n")
-        done = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), option], cwd=tmp_path,
+        done = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), *options], cwd=tmp_path,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and not done.stdout, done.stdout + done.stderr
-        assert done.stderr.strip() == f"unknown option {option} (usage: deploy/stop.sh [--home DIR])"
+        assert done.stderr.strip() == message
         assert worker.poll() is None and (home / "worker-cpu.pid").exists()
         stopped = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh")], cwd=tmp_path,
                                  capture_output=True, text=True, timeout=60)
