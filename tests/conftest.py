@@ -37,12 +37,12 @@ from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 # The slowest files first (per-file totals of a full run, 2026-12-01): the xdist workers (pyproject's addopts,
 # --dist loadfile, files in this order) take them early and finish together instead of one running a long file alone
 # at the end (test_vllm_rollout.py, missing here, ran its 3 minutes last while the other worker had finished).
-SLOWEST_FIRST = ["flows/test_pipeline.py", "flows/test_operations.py", "flows/test_eval.py",
-                 "tasks/training/test_train.py", "tasks/inference/test_prefix_cache.py",
-                 "tasks/training/test_vllm_rollout.py", "tasks/inference/test_backends.py", "flows/test_flow.py",
-                 "test_packaging.py", "hostile/test_hostile_first_run.py", "tasks/release/test_registry.py",
+SLOWEST_FIRST = ["flows/test_eval.py", "flows/test_operations.py", "tasks/training/test_train.py",
+                 "tasks/training/test_vllm_rollout.py", "flows/test_pipeline.py", "tasks/inference/test_backends.py",
+                 "flows/test_flow.py", "tasks/inference/test_prefix_cache.py", "test_packaging.py",
                  "tasks/training/test_episodes.py", "hostile/test_hostile_registry.py",
-                 "tasks/training/test_margins.py", "hostile/test_hostile_dataset.py", "tasks/inference/test_policy.py",
+                 "tasks/release/test_registry.py", "hostile/test_hostile_first_run.py",
+                 "tasks/inference/test_policy.py", "hostile/test_hostile_dataset.py", "tasks/training/test_margins.py",
                  "tasks/training/test_shared_prefix.py"]
 
 
