@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 # FLYWHEEL_VLLM_COMPILE=eager: the vLLM tests check what the backend generates, not the compiler (a first compiled
@@ -36,7 +37,7 @@ from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 
 # The slowest files first (per-file totals of a full run, 2026-12-01): the xdist workers (pyproject's addopts,
 # --dist loadfile, files in this order) take them early and finish together instead of one running a long file alone
-# at the end (test_vllm_rollout.py, missing here, ran its 3 minutes last while the other worker had finished).
+# at the end (a long file left out of this list ran its minutes alone after the other workers had finished).
 SLOWEST_FIRST = ["flows/test_eval.py", "flows/test_operations.py", "tasks/training/test_train.py",
                  "tasks/training/test_vllm_rollout.py", "flows/test_pipeline.py", "tasks/inference/test_backends.py",
                  "flows/test_flow.py", "tasks/inference/test_prefix_cache.py", "test_packaging.py",
@@ -175,6 +176,21 @@ def within(seconds: float, fn: Callable[[], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+def cpu_seconds(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """fn()'s result and the CPU seconds of this thread it took, without a garbage collection of the worker's heap:
+    the cost of fn itself. CI's wall time stretches with the load (three workers on two cores: 0.08 s read 0.56),
+    and its process time counts other threads and a full collection of what earlier tests left in the worker (a
+    0.08 s safety check read 1.35 s)."""
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.thread_time()
+        result = fn()
+        return result, time.thread_time() - started
+    finally:
+        gc.enable()
 
 
 @contextmanager

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.tasks.files import share_tree, write_text_atomic
+from flywheel.tasks.inference.models import UNREAD
 
 
 class Best:
@@ -89,15 +90,25 @@ class Best:
         self._write()  # the record comes last: best.json never names an adapter that is not whole
         return True
 
-    def install(self, adapter: Path) -> int | None:
-        """Copy the best adapter's files over ``adapter`` (the config and tokenizer files stay); its step."""
+    def install(self, adapter: Path, start: Path | None = None) -> int | None:
+        """Copy the best adapter's files over ``adapter`` (the config and tokenizer files stay); its step. Step 0
+        with ``start`` (the adapter training started from): ``adapter`` becomes the start adapter's own files, byte
+        for byte (a trainer's save of the same weights may write its files otherwise), so an eval of it is an eval of
+        the start adapter (``EvalConfig.reuse`` finds its batches); the trainer's card and arguments stay."""
         if self.record is None:
             return None
-        for src in self._dir(self.record["step"]).iterdir():
+        step = int(self.record["step"])
+        if step == 0 and start is not None:
+            for stale in [f for f in adapter.iterdir() if f.is_file() and f.name not in UNREAD]:
+                stale.unlink()
+            sources = [f for f in start.iterdir() if f.is_file() and f.name[0] != "." and f.name not in UNREAD]
+        else:
+            sources = list(self._dir(step).iterdir())
+        for src in sources:
             tmp = adapter / f".{src.name}.tmp"
             shutil.copyfile(src, tmp)
             os.replace(tmp, adapter / src.name)
-        return int(self.record["step"])
+        return step
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:

@@ -253,16 +253,17 @@ def last_checkpoint(folder: Path) -> str | None:
     return next((str(c) for c in reversed(ckpts) if checkpoint_complete(c)), None)
 
 
-def _save_adapter(trainer: Any, out: Path, best: Any = None) -> tuple[Path, int | None]:
-    """Save to a unique temp folder (with the best checkpoint's weights when ``best`` has one), then rename it in; a
-    failed save leaves no temp folder behind. Returns the adapter and the step it was selected at (None: last)."""
+def _save_adapter(trainer: Any, out: Path, best: Any = None, start: Path | None = None) -> tuple[Path, int | None]:
+    """Save to a unique temp folder (with the best checkpoint's weights when ``best`` has one; the files of
+    ``start``, the start adapter, when that is the best), then rename it in; a failed save leaves no temp folder
+    behind. Returns the adapter and the step it was selected at (None: last)."""
     for stale in out.glob(".adapter-tmp*"):  # a killed earlier save of this OUT (which one config owns)
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=".adapter-tmp-", dir=out))
     target = out / "adapter"
     try:
         trainer.save_model(str(tmp))
-        selected = best.install(tmp) if best is not None else None
+        selected = best.install(tmp, start) if best is not None else None
         shutil.rmtree(tmp / "ref", ignore_errors=True)  # TRL's frozen copy of the start adapter (beta > 0): not ours
         share_tree(tmp)  # mkdtemp and safetensors make it private; the adapter is read like any output
         if target.exists():
@@ -495,7 +496,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
         for counter in rollout_counters:  # a vLLM engine for the rollouts goes with the training
             if hasattr(counter, "close"):
                 counter.close()
-    adapter, selected = _save_adapter(trainer, out, best)
+    adapter, selected = _save_adapter(trainer, out, best, base if is_adapter(base) else None)
     history = [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     result = {"method": config.method, "adapter": str(adapter), "adapter_hash": fingerprint(adapter),
               "selected_step": config.max_steps if selected is None else selected,

@@ -4,10 +4,9 @@ line that substitutions blow up. Each attack scored 0.0 (or 1.0) under 1.4; each
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from conftest import cpu_seconds
 from flywheel.schemas import Task
 from flywheel.verifiers.envs.cli import cli
 from flywheel.verifiers.envs.cli.cli_lex import split_line
@@ -110,12 +109,8 @@ BLOW_UPS = [_HEAD + "$V" * ((cli.MAX_CHARS - len(_HEAD) - 1) // 2) + '"',
 @pytest.mark.parametrize("line", BLOW_UPS)
 def test_a_line_blown_up_by_substitutions_is_unsafe_and_fast(line: str) -> None:
     assert len(line) <= cli.MAX_CHARS
-    timings = []
-    for _ in range(3):
-        started = time.perf_counter()
-        verdict = cli.verify(task(), line)
-        timings.append(time.perf_counter() - started)
-    assert min(timings) < 0.3, timings  # 1.4: about 0.87 s for the first
+    verdict, spent = cpu_seconds(lambda: cli.verify(task(), line))
+    assert spent < 0.3  # 1.4: about 0.87 s for the first
     assert (verdict.reward, verdict.failure_class) == (-1.0, "unsafe_action")
 
 

@@ -5,10 +5,9 @@ scored 0.0 and now score 1.0, while spellings that do something else still score
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from conftest import cpu_seconds
 from flywheel.schemas import Task
 from flywheel.verifiers.envs.cli import cli
 
@@ -59,9 +58,8 @@ def test_loops_and_wrappers_over_safe_values_stay_safe(command: str) -> None:
 
 def test_a_loop_over_too_many_values_for_its_length_is_unsafe_and_fast() -> None:
     line = "for a in 1 2 3 4; do for b in 1 2 3 4; do for c in 1 2 3 4; do echo $a$b$c; done; done; done; " * 30
-    start = time.process_time()  # CPU time: CI runs three workers on two cores
-    assert score(line[:4000]) == (-1.0, "unsafe_action")
-    assert time.process_time() - start < 1.0
+    verdict, spent = cpu_seconds(lambda: score(line[:4000]))
+    assert verdict == (-1.0, "unsafe_action") and spent < 1.0
 
 
 @pytest.mark.parametrize(("completion", "reference"), [

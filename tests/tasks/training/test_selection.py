@@ -4,7 +4,9 @@ completion length blowing up and on the output format drifting, and stay quiet o
 
 from __future__ import annotations
 
+import shutil
 import stat
+from pathlib import Path
 
 import pytest
 import torch
@@ -68,6 +70,35 @@ def test_a_tie_goes_to_the_later_checkpoint(lora, tmp_path) -> None:
     final = tmp_path / "final"
     lora.save_pretrained(str(final))
     assert Best(tmp_path).install(final) == 12 and _adapter(final) == _adapter(tmp_path / "best-12")
+
+
+def test_the_kept_start_adapter_is_the_start_adapters_own_files(lora, tmp_path) -> None:
+    """Every later check reads below step 0: the result is the start adapter's files, byte for byte (its tokenizer
+    and config too; a file only the trainer's save wrote goes), so its eval is the start adapter's
+    (``EvalConfig.reuse`` copies its batches); the trainer's card and arguments stay. Without ``start`` (training
+    began from a fresh LoRA) step 0's own save is installed."""
+    from flywheel.tasks.inference.models import fingerprints
+
+    start = tmp_path / "start"
+    lora.save_pretrained(str(start))
+    (start / "tokenizer_config.json").write_text('{"padding_side": "right"}')
+    (start / "README.md").write_text("SFT's card\n")
+    best = Best(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    assert best.keep(0, {"val_success": 0.5, "val_reward": 0.6}, lora)
+    _bump(lora, 2.0)
+    assert not best.keep(2, {"val_success": 0.25, "val_reward": 0.9}, lora)
+    final = tmp_path / "final"
+    lora.save_pretrained(str(final))  # the last step's weights, beside the trainer's own tokenizer and card
+    (final / "tokenizer_config.json").write_text('{"padding_side": "left"}')
+    (final / "special_tokens_map.json").write_text("{}")
+    (final / "README.md").write_text("GRPO's card\n")
+    plain = Path(shutil.copytree(final, tmp_path / "plain"))
+    assert best.install(final, start) == 0
+    assert fingerprints(final)[1] == fingerprints(start)[1] and fingerprints(final)[0] != fingerprints(start)[0]
+    assert not (final / "special_tokens_map.json").exists() and (final / "README.md").read_text() == "GRPO's card\n"
+    assert best.install(plain) == 0 and _adapter(plain) == _adapter(start)  # step 0's save of the same weights
+    assert (plain / "tokenizer_config.json").read_text() == '{"padding_side": "left"}'
 
 
 def test_a_success_tie_is_ranked_by_the_margin_score(lora, tmp_path) -> None:
