@@ -94,11 +94,13 @@ class Best:
         """Copy the best adapter's files over ``adapter`` (the config and tokenizer files stay); its step. Step 0
         with ``start`` (the adapter training started from): ``adapter`` becomes the start adapter's own files, byte
         for byte (a trainer's save of the same weights may write its files otherwise), so an eval of it is an eval of
-        the start adapter (``EvalConfig.reuse`` finds its batches); the trainer's card and arguments stay."""
+        the start adapter (``EvalConfig.reuse`` finds its batches); the trainer's card and arguments stay. A start
+        folder holding a link gets step 0's own save (its eval then runs its batches)."""
         if self.record is None:
             return None
         step = int(self.record["step"])
-        if step == 0 and start is not None:
+        # a link in start could name any file: its target is never copied in (step 0's own save is installed)
+        if step == 0 and start is not None and not any(f.is_symlink() for f in start.iterdir()):
             for stale in [f for f in adapter.iterdir() if f.is_file() and f.name not in UNREAD]:
                 stale.unlink()
             sources = [f for f in start.iterdir() if f.is_file() and f.name[0] != "." and f.name not in UNREAD]

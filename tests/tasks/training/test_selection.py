@@ -76,7 +76,7 @@ def test_the_kept_start_adapter_is_the_start_adapters_own_files(lora, tmp_path) 
     """Every later check reads below step 0: the result is the start adapter's files, byte for byte (its tokenizer
     and config too; a file only the trainer's save wrote goes), so its eval is the start adapter's
     (``EvalConfig.reuse`` copies its batches); the trainer's card and arguments stay. Without ``start`` (training
-    began from a fresh LoRA) step 0's own save is installed."""
+    began from a fresh LoRA), or with a link in it (it could name any file), step 0's own save is installed."""
     from flywheel.tasks.inference.models import fingerprints
 
     start = tmp_path / "start"
@@ -94,9 +94,14 @@ def test_the_kept_start_adapter_is_the_start_adapters_own_files(lora, tmp_path) 
     (final / "special_tokens_map.json").write_text("{}")
     (final / "README.md").write_text("GRPO's card\n")
     plain = Path(shutil.copytree(final, tmp_path / "plain"))
+    linked = Path(shutil.copytree(final, tmp_path / "linked"))
     assert best.install(final, start) == 0
     assert fingerprints(final)[1] == fingerprints(start)[1] and fingerprints(final)[0] != fingerprints(start)[0]
     assert not (final / "special_tokens_map.json").exists() and (final / "README.md").read_text() == "GRPO's card\n"
+    (tmp_path / "secret").write_text("a private file")
+    (start / "notes.txt").symlink_to(tmp_path / "secret")  # a link in the start folder could name any file
+    assert best.install(linked, start) == 0 and not (linked / "notes.txt").exists()  # step 0's own save instead
+    assert _adapter(linked) == _adapter(start) and (linked / "special_tokens_map.json").is_file()
     assert best.install(plain) == 0 and _adapter(plain) == _adapter(start)  # step 0's save of the same weights
     assert (plain / "tokenizer_config.json").read_text() == '{"padding_side": "left"}'
 
