@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -335,6 +336,19 @@ def test_start_refuses_a_port_another_program_holds_and_sends_it_nothing(tmp_pat
     assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == ["logs"]  # no env.sh, no pid file
 
 
+def fake_process(args: str, flywheel_home: Path, session: bool = True) -> subprocess.Popen:
+    """`sleep 300` named ``args`` (what stop.sh reads in /proc/PID/cmdline), for ``flywheel_home``; returned once bash
+    has exec'd it: before that the pid still reads as bash, and stop.sh rightly takes it for a stale pid (under CI's
+    load a stop.sh run could come first)."""
+    env = {**os.environ, "FLYWHEEL_HOME": str(flywheel_home)}
+    proc = subprocess.Popen(["bash", "-c", 'exec -a "$0" sleep 300', args], env=env, start_new_session=session)
+    cmdline, deadline = Path(f"/proc/{proc.pid}/cmdline"), time.monotonic() + 30
+    while not cmdline.read_bytes().startswith(args.encode() + b"\0"):
+        assert time.monotonic() < deadline, f"{args!r} did not start within 30 s"
+        time.sleep(0.01)
+    return proc
+
+
 def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_say(tmp_path) -> None:
     """A pid file outlives its process (a reboot, kill -9) and the pid can be reused: deploy/stop.sh signals a pid only
     while it leads its own session running `prefect worker|server start` for this home (what start.sh launched); any
@@ -342,10 +356,7 @@ def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_s
     home, other = tmp_path / "home", tmp_path / "other"
     home.mkdir()
 
-    def fake(args: str, flywheel_home: Path, session: bool = True) -> subprocess.Popen:
-        env = {**os.environ, "FLYWHEEL_HOME": str(flywheel_home)}
-        return subprocess.Popen(["bash", "-c", 'exec -a "$0" sleep 300', args], env=env, start_new_session=session)
-
+    fake = fake_process
     worker = "/venv/bin/python /venv/bin/prefect worker start --pool cpu"
     ours = fake(worker, home)
     reused = subprocess.Popen(["sleep", "300"], start_new_session=True)  # another program, its own session
@@ -389,9 +400,7 @@ def test_stop_refuses_an_unknown_option_and_stops_nothing(tmp_path, options: lis
     line and exit 2, not a stop of the default home (./flywheel-home), whose running process and pid file stay."""
     home = tmp_path / "flywheel-home"
     home.mkdir()
-    env = {**os.environ, "FLYWHEEL_HOME": str(home)}
-    worker = subprocess.Popen(["bash", "-c", 'exec -a "$0" sleep 300', "/v/bin/python /v/bin/prefect worker start"],
-                              env=env, start_new_session=True)
+    worker = fake_process("/v/bin/python /v/bin/prefect worker start", home)
     try:
         (home / "worker-cpu.pid").write_text(f"{worker.pid}\n")
         done = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), *options], cwd=tmp_path,
