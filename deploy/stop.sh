@@ -15,8 +15,8 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1 ($usage)" >&2; exit 2 ;;
   esac
 done
-case $grace in ""|*[!0-9]*|0*|?????*) echo "--grace must be a whole number of seconds from 1 to 3600, got '$grace'" >&2; exit 2 ;; esac
-[ "$grace" -le 3600 ] || { echo "--grace must be a whole number of seconds from 1 to 3600, got '$grace'" >&2; exit 2; }
+case $grace in ""|*[!0-9]*|0*|?????*) grace_ok=false ;; *) [ "$grace" -le 3600 ] && grace_ok=true || grace_ok=false ;; esac
+$grace_ok || { echo "--grace must be a whole number of seconds from 1 to 3600, got '$grace'" >&2; exit 2; }
 [ -d "$home" ] && home=$(cd "$home" && pwd)  # as start.sh wrote it into env.sh: absolute
 # shellcheck source=deploy/pids.sh
 source "$(dirname "$(readlink -f "$0")")/pids.sh" || exit 1

@@ -22,20 +22,10 @@ import json
 from typing import Any
 
 from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolSpec
+from flywheel.tasks.inference.protocol import MAX_DEPTH, json_depth
 from flywheel.verifiers.envs import get_env
 
-MAX_ARGS_DEPTH = 64  # the tool_call verifier's bound on a call's nesting; a task must serialize (pydantic: ~250)
-
-
-def json_depth(value: Any) -> int:
-    """Nesting depth of a decoded JSON value, counted without recursion (any depth is safe)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list | tuple):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
-    return deepest
+MAX_ARGS_DEPTH = MAX_DEPTH  # the tool_call verifier's bound on a call's nesting; a task must serialize (pydantic ~250)
 
 
 def tool_call(tc: Any) -> ToolCall:

@@ -45,6 +45,8 @@ def embedded_checkpoint() -> Path:
     target = cache_root() / "smollm2-135m-instruct"
     if (target / "config.json").is_file():
         return target
+    if target.exists():  # a conversion only ever lands whole (a rename): this is not another run's work in progress
+        raise RuntimeError(f"{target} holds no config.json (a damaged cache): remove it and rerun")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -62,11 +64,22 @@ def embedded_checkpoint() -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         share_tree(tmp)
-        os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)
+        _land(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _land(tmp: Path, target: Path) -> None:
+    """Rename the converted checkpoint into place; when another process landed its own first (both saw none), keep
+    that one and drop ours."""
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+        shutil.rmtree(tmp)
 
 
 def resolve_model(ref: str | None) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import stat
 import subprocess
 import sys
@@ -388,3 +389,41 @@ def test_another_users_file_in_a_sticky_folder_is_refused_not_written_in_place(s
     assert _as_nobody(lambda: write_text_atomic(target, "new\n")) == (
         f"cannot write {target}: permission denied; choose a path you can write")
     assert target.read_text() == "old\n" and target.stat().st_uid == 0 and os.listdir(sticky_dir) == ["shared.jsonl"]
+
+
+def test_a_damaged_embedded_model_cache_is_one_line_and_left_as_it_was(tmp_path, monkeypatch) -> None:
+    """A converted checkpoint only lands whole (a rename), so a cache folder without config.json is damaged, not in
+    progress. Before: a conversion ran, was thrown away, and the damaged folder was returned to every load."""
+    from flywheel.tasks.inference import models
+
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path))
+    target = tmp_path / "smollm2-135m-instruct"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"half")
+    with pytest.raises(RuntimeError, match=r"smollm2-135m-instruct holds no config.json .*: remove it and rerun"):
+        models.embedded_checkpoint()
+    assert [p.name for p in tmp_path.iterdir()] == [target.name] and [p.name for p in target.iterdir()] == \
+        ["model.safetensors"]
+
+
+@pytest.mark.slow
+def test_two_first_uses_of_the_embedded_model_keep_the_checkpoint_that_landed_first(tmp_path, monkeypatch) -> None:
+    """Two processes that both found no converted checkpoint each convert it; the second rename landed on the
+    first's folder and raised (not empty). Now the second keeps the first's checkpoint and drops its own copy."""
+    from flywheel.tasks.inference import models
+
+    converted = models.embedded_checkpoint()  # the real cache's: another process's whole conversion
+    monkeypatch.setenv("FLYWHEEL_CACHE", str(tmp_path / "cache"))
+    target = tmp_path / "cache" / "smollm2-135m-instruct"
+    rename = os.replace
+
+    def another_run_lands_first(src, dst) -> None:
+        if Path(dst) == target and not target.exists():
+            shutil.copytree(converted, target)
+            (target / "landed-first").write_text("")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", another_run_lands_first)
+    assert models.embedded_checkpoint() == target
+    assert (target / "landed-first").is_file() and [p.name for p in target.parent.iterdir()] == [target.name]
+    assert (target / "config.json").read_bytes() == (converted / "config.json").read_bytes()
