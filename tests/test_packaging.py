@@ -336,12 +336,13 @@ def test_start_refuses_a_port_another_program_holds_and_sends_it_nothing(tmp_pat
     assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == ["logs"]  # no env.sh, no pid file
 
 
-def fake_process(args: str, flywheel_home: Path, session: bool = True) -> subprocess.Popen:
-    """`sleep 300` named ``args`` (what stop.sh reads in /proc/PID/cmdline), for ``flywheel_home``; returned once bash
-    has exec'd it: before that the pid still reads as bash, and stop.sh rightly takes it for a stale pid (under CI's
-    load a stop.sh run could come first)."""
+def fake_process(args: str, flywheel_home: Path, session: bool = True, before: str = "") -> subprocess.Popen:
+    """`sleep 300` named ``args`` (what stop.sh reads in /proc/PID/cmdline), for ``flywheel_home``, after the shell
+    code ``before``; returned once bash has exec'd it: before that the pid still reads as bash, and stop.sh rightly
+    takes it for a stale pid (under CI's load a stop.sh run could come first)."""
     env = {**os.environ, "FLYWHEEL_HOME": str(flywheel_home)}
-    proc = subprocess.Popen(["bash", "-c", 'exec -a "$0" sleep 300', args], env=env, start_new_session=session)
+    proc = subprocess.Popen(["bash", "-c", before + 'exec -a "$0" sleep 300', args], env=env,
+                            start_new_session=session)
     cmdline, deadline = Path(f"/proc/{proc.pid}/cmdline"), time.monotonic() + 30
     while not cmdline.read_bytes().startswith(args.encode() + b"\0"):
         assert time.monotonic() < deadline, f"{args!r} did not start within 30 s"
@@ -386,6 +387,45 @@ def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_s
         for proc in (ours, reused, posing, elsewhere):
             proc.kill()
             proc.wait()
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def test_stop_kills_what_outlives_the_grace(tmp_path) -> None:
+    """A worker busy with a flow run that does not end on SIGINT, and a server that ignores SIGTERM, are each given
+    --grace seconds, then SIGKILLed with their whole process group (the flow run too); the pid files go."""
+    home = tmp_path / "home"
+    home.mkdir()
+    ignore = "trap '' INT TERM; sleep 300 & "  # ignored signals stay ignored across exec; the child: a flow run
+    worker = fake_process("/v/bin/python /v/bin/prefect worker start --pool cpu", home, before=ignore)
+    server = fake_process("/v/bin/python /v/bin/prefect server start", home, before=ignore)
+    flow_run = int(subprocess.run(["ps", "-o", "pid=", "--ppid", str(worker.pid)], capture_output=True,
+                                  text=True).stdout.split()[0])
+    try:
+        for name, proc in (("worker-cpu", worker), ("server", server)):
+            (home / f"{name}.pid").write_text(f"{proc.pid}\n")
+        started = time.monotonic()
+        done = subprocess.run(["bash", str(REPO / "deploy" / "stop.sh"), "--home", str(home), "--grace", "1"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
+        assert time.monotonic() - started >= 2  # a grace for the workers, then one for the server
+        assert worker.wait(timeout=10) == -9 and server.wait(timeout=10) == -9
+        deadline = time.monotonic() + 10
+        while not gone(flow_run):
+            assert time.monotonic() < deadline, "the worker's flow run outlived the SIGKILL of its group"
+            time.sleep(0.05)
+        assert not list(home.glob("*.pid"))
+    finally:
+        for proc in (worker, server):
+            proc.kill()
+            proc.wait()
+        subprocess.run(["kill", "-KILL", str(flow_run)], capture_output=True)
 
 
 GRACE = "--grace must be a whole number of seconds from 1 to 3600, got"
