@@ -7,15 +7,18 @@ checkpoint in the cache folder (atomically: a crash leaves no half checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,7 +59,8 @@ def embedded_checkpoint() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        with _without_bars():
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # GGUF weights are de-quantized on load; drop the quantizer so the model saves and trains as plain fp32
         model.config.quantization_config = None
         model.hf_quantizer = None
@@ -69,6 +73,19 @@ def embedded_checkpoint() -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+@contextlib.contextmanager
+def _without_bars():
+    """Hold back stderr's tqdm bars (transformers' GGUF loader draws its own, past ``disable_progress_bar``: it would
+    break the CLI's progress display); any other line written meanwhile, a warning, is passed on."""
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    finally:
+        lines = held.getvalue().replace("\r", "\n").splitlines(keepends=True)
+        sys.stderr.write("".join(line for line in lines if line.strip() and "GGUF tensors" not in line))
 
 
 def _land(tmp: Path, target: Path) -> None:

@@ -407,9 +407,11 @@ def test_a_damaged_embedded_model_cache_is_one_line_and_left_as_it_was(tmp_path,
 
 
 @pytest.mark.slow
-def test_two_first_uses_of_the_embedded_model_keep_the_checkpoint_that_landed_first(tmp_path, monkeypatch) -> None:
+def test_two_first_uses_of_the_embedded_model_keep_the_checkpoint_that_landed_first(tmp_path, monkeypatch,
+                                                                                     capfd) -> None:
     """Two processes that both found no converted checkpoint each convert it; the second rename landed on the
-    first's folder and raised (not empty). Now the second keeps the first's checkpoint and drops its own copy."""
+    first's folder and raised (not empty). Now the second keeps the first's checkpoint and drops its own copy. The
+    conversion draws no progress bar on stderr (it broke the CLI's display on a first run)."""
     from flywheel.tasks.inference import models
 
     converted = models.embedded_checkpoint()  # the real cache's: another process's whole conversion
@@ -427,3 +429,4 @@ def test_two_first_uses_of_the_embedded_model_keep_the_checkpoint_that_landed_fi
     assert models.embedded_checkpoint() == target
     assert (target / "landed-first").is_file() and [p.name for p in target.parent.iterdir()] == [target.name]
     assert (target / "config.json").read_bytes() == (converted / "config.json").read_bytes()
+    assert "GGUF tensors" not in capfd.readouterr().err
