@@ -118,6 +118,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def proc_state(pid: int) -> str | None:
+    """The state letter of ``pid`` in /proc ("R", "S", "Z"...), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: a zombie has ended; its new parent has not reaped it yet."""
+    return proc_state(pid) not in (None, "Z")
+
+
 @contextmanager
 def cli_server(args: list[str], ready_path: str, timeout_s: float = 180) -> Iterator[str]:
     """Run ``flywheel ARGS --port P`` as a real server on 127.0.0.1; yields its base URL once ``ready_path``

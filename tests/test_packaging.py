@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import running
+
 REPO = Path(__file__).resolve().parents[1]
 LAYERS = ("flows", "tasks", "verifiers", "schemas")  # each may import only itself and the layers after it
 SCANNED = (*LAYERS, "tests", "scripts", "bench")
@@ -389,14 +391,6 @@ def test_stop_signals_only_the_processes_start_launched_whatever_the_pid_files_s
             proc.wait()
 
 
-def gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie not yet reaped counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].startswith("Z")
-    except FileNotFoundError:
-        return True
-
-
 def test_stop_kills_what_outlives_the_grace(tmp_path) -> None:
     """A worker busy with a flow run that does not end on SIGINT, and a server that ignores SIGTERM, are each given
     --grace seconds, then SIGKILLed with their whole process group (the flow run too); the pid files go."""
@@ -417,7 +411,7 @@ def test_stop_kills_what_outlives_the_grace(tmp_path) -> None:
         assert time.monotonic() - started >= 2  # a grace for the workers, then one for the server
         assert worker.wait(timeout=10) == -9 and server.wait(timeout=10) == -9
         deadline = time.monotonic() + 10
-        while not gone(flow_run):
+        while running(flow_run):
             assert time.monotonic() < deadline, "the worker's flow run outlived the SIGKILL of its group"
             time.sleep(0.05)
         assert not list(home.glob("*.pid"))

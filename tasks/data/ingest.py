@@ -15,7 +15,7 @@ Contract:
   ``unsupported_env``, ``other_env`` (not the dataset's env), ``too_large`` (a user request longer than a
   generated task's prompt may be, ``MAX_PROMPT_CHARS``); ``disagrees`` marks a verifier pass on a failed outcome
   (a verifier gap to look at). A crafted call (arguments that are not a JSON object, nested deeper than
-  ``ingest_episodes.MAX_ARGS_DEPTH``, a number too long) is a bucketed row, never a crashed ingest.
+  ``protocol.MAX_DEPTH``, a number too long) is a bucketed row, never a crashed ingest.
 - A scored failure becomes a held-out regression Task: the user's request, the env's system prompt (as seeds render
   it), the catalog's tools named in the trajectory, the corrected call as reference.
 - Multi-step envs (workplace): the whole episode is replayed and scored, see ``ingest_episodes.py``.

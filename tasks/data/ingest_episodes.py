@@ -25,12 +25,10 @@ from flywheel.schemas import Message, Reference, Task, TaskMeta, ToolCall, ToolS
 from flywheel.tasks.inference.protocol import MAX_DEPTH, json_depth
 from flywheel.verifiers.envs import get_env
 
-MAX_ARGS_DEPTH = MAX_DEPTH  # the tool_call verifier's bound on a call's nesting; a task must serialize (pydantic ~250)
-
 
 def tool_call(tc: Any) -> ToolCall:
     """An OpenAI tool call (``{"function": {"name", "arguments": JSON object text}}``) as a ToolCall; anything else
-    (arguments that are not a JSON object, nested deeper than ``MAX_ARGS_DEPTH``, a number too long to read) raises
+    (arguments that are not a JSON object, nested deeper than ``MAX_DEPTH``, a number too long to read) raises
     ValueError saying what is wrong (a crafted line is a bucketed row, never a crashed ingest)."""
     fn = tc.get("function", tc) if isinstance(tc, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
@@ -39,9 +37,9 @@ def tool_call(tc: Any) -> ToolCall:
     try:
         args = json.loads(args) if isinstance(args, str) else args
     except RecursionError:  # json's C parser recurses: a string of 100,000 brackets
-        raise ValueError(f"arguments nested deeper than {MAX_ARGS_DEPTH} levels") from None
-    if json_depth(args) > MAX_ARGS_DEPTH:
-        raise ValueError(f"arguments nested deeper than {MAX_ARGS_DEPTH} levels")
+        raise ValueError(f"arguments nested deeper than {MAX_DEPTH} levels") from None
+    if json_depth(args) > MAX_DEPTH:
+        raise ValueError(f"arguments nested deeper than {MAX_DEPTH} levels")
     return ToolCall(tool=fn["name"], args=args)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, proc_state
 from flywheel.tasks.data.publish import read_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
@@ -159,13 +159,6 @@ def test_killed_worker_or_server_then_rerun_loses_and_duplicates_nothing(stack, 
         assert all(s in {"Cached", "Completed"} for s in _task_states(stack, rerun.id).values())
 
 
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
-
-
 def test_start_brings_back_a_process_whose_pid_is_a_zombie_or_reused(stack) -> None:
     """A killed process its parent has not reaped yet (a zombie: `kill -0` still succeeds; PID 1 of a container or a
     slow VM reaps late) is down: start.sh starts a new one instead of saying "already running" (a CI flake). So is a
@@ -175,16 +168,16 @@ def test_start_brings_back_a_process_whose_pid_is_a_zombie_or_reused(stack) -> N
     zombie = subprocess.Popen(["true"])  # never waited on until the end: a zombie of this process
     try:
         for _ in range(100):
-            if _state(zombie.pid) == "Z":
+            if proc_state(zombie.pid) == "Z":
                 break
             time.sleep(0.05)
-        assert _state(zombie.pid) == "Z"
+        assert proc_state(zombie.pid) == "Z"
         pidfile.write_text(f"{zombie.pid}\n")
         out = _sh(*stack["start"], env=stack["env"])
         assert "worker-cpu already running" not in out
         assert "server already running" in out and "worker-gpu already running" in out  # the live ones are seen
         worker = int(pidfile.read_text())
-        assert worker != zombie.pid and _state(worker) not in (None, "Z")
+        assert worker != zombie.pid and proc_state(worker) not in (None, "Z")
     finally:
         zombie.wait()
     # its pid reused by another program (a reboot, a long uptime): down too, and that program is left alone
@@ -322,5 +315,5 @@ def test_stop_lets_a_running_flow_run_finish_then_leaves_nothing_running(stack) 
     new = [v for v in _versions(stack) if v not in before]
     assert [read_manifest(v).run_seed for v in new] == [23], (run.name, new)
     assert not list((home / "datasets" / "tool_call").glob(".tmp-*"))
-    assert all(_state(pid) in (None, "Z") for pid in pids.values()), pids
+    assert all(proc_state(pid) in (None, "Z") for pid in pids.values()), pids
     assert not list(home.glob("*.pid"))

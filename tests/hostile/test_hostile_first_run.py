@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import descendants
+from conftest import descendants, running
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,15 +30,7 @@ def _generate(tmp: Path, n: int) -> subprocess.Popen[str]:
 
 
 def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
+    return {pid for pid in pids if running(pid)}
 
 
 def test_first_run_with_a_fresh_prefect_home_on_a_busy_machine_succeeds(tmp_path: Path) -> None:

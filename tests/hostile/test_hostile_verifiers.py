@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from conftest import raw_http_server, silent_listener, within
+from conftest import raw_http_server, running, silent_listener, within
 from flywheel.schemas import Task, ToolSpec, Verdict
 from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task
 from flywheel.verifiers import bounds, judge
@@ -438,14 +438,6 @@ def test_a_worker_does_not_outlive_its_killed_parent() -> None:
     while running(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not running(worker), "the worker outlived its SIGKILLed parent"
-
-
-def running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended; its new parent has not reaped it yet
 
 
 # --- huge integers: a wrong argument or a format error, never a verifier error ---------------------------------
