@@ -430,3 +430,19 @@ def test_two_first_uses_of_the_embedded_model_keep_the_checkpoint_that_landed_fi
     assert (target / "landed-first").is_file() and [p.name for p in target.parent.iterdir()] == [target.name]
     assert (target / "config.json").read_bytes() == (converted / "config.json").read_bytes()
     assert "GGUF tensors" not in capfd.readouterr().err
+
+
+def test_a_landing_on_a_damaged_cache_folder_raises_and_keeps_both(tmp_path) -> None:
+    """The rename fails because a folder appeared at the target since the check, and it holds no config.json: that
+    is not another run's whole checkpoint, so the error goes up (the caller drops its own copy) and the folder that
+    appeared is left as it was."""
+    from flywheel.tasks.inference import models
+
+    tmp, target = tmp_path / ".convert-x", tmp_path / "smollm2-135m-instruct"
+    tmp.mkdir()
+    (tmp / "config.json").write_text("{}")
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"half")
+    with pytest.raises(OSError):
+        models._land(tmp, target)
+    assert [p.name for p in target.iterdir()] == ["model.safetensors"] and (tmp / "config.json").is_file()
