@@ -103,7 +103,7 @@ def test_eval_on_the_embedded_model_is_reproducible_and_complete(tool_dataset, t
     assert report.decision == again.decision and first["decision"] == report.decision.action
     assert report.n_tasks == 6 and report.n_rollouts == 12
     assert report.batches == {"total": 3, "reused": 0, "copied": 0, "run": 3}
-    assert report.model["hash"] and report.dataset["content_hash"] and report.verifiers == {"tool_call": "1.4.0"}
+    assert report.model["hash"] and report.dataset["content_hash"] and report.verifiers == {"tool_call": "1.5.0"}
     assert report.model["backend"] == "transformers"  # auto: 12 rollouts are too few to pay for vLLM's start
     for key in ("valid_output_rate", "correct_tool_rate", "unsafe_action_rate", "pass@1", "pass@2", "latency_p95_s"):
         assert report.metrics[key].value is not None and report.metrics[key].lo <= report.metrics[key].hi

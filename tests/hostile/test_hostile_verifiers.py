@@ -466,7 +466,7 @@ def test_a_huge_integer_argument_is_a_wrong_argument(tc_tasks: dict[str, Task]) 
     assert verdict.model_dump() == {
         "reward": 0.8666666667, "valid": True, "failure_class": "wrong_args",
         "components": {"format": 1.0, "tool": 0.4, "args": 0.2666666667, "safe": 0.2}, "details": "",
-        "verifier": "tool_call", "verifier_version": "1.4.0"}
+        "verifier": "tool_call", "verifier_version": "1.5.0"}
     for same in ("18500", "18500.0", "1.85e4", "18500" + "." + "0" * 400):  # numbers by exact value
         assert tool_call.verify(deal, _call_with(deal, "amount", same)).reward == 1.0
     event = tc_tasks["calendar.create_event"]  # title is a string: a huge number is a wrong, invalid argument
@@ -483,7 +483,7 @@ def test_an_integer_over_4300_digits_is_a_format_error(tc_tasks: dict[str, Task]
     digits = len(literal.lstrip("-"))
     assert verdict.model_dump() == {
         "reward": -1.0, "valid": True, "failure_class": "format_error", "components": {"format": 0.0},
-        "details": f"integer of {digits} digits; at most 4300", "verifier": "tool_call", "verifier_version": "1.4.0"}
+        "details": f"integer of {digits} digits; at most 4300", "verifier": "tool_call", "verifier_version": "1.5.0"}
 
 
 def test_normalize_is_exact_and_total() -> None:
