@@ -233,15 +233,20 @@ def _item_schema(parameters: dict[str, Any], arg: str) -> dict[str, Any] | None:
 
 
 def _names_a_target(item: Any, schema: dict[str, Any] | None) -> bool:
-    """Whether ``item`` could name a record: its own schema admits it. ``MSG-108588`` where every message id is
+    """Whether ``item`` could name a record: its own schema admits it, or admits it trimmed or in either case (a
+    lenient tool server may look ``msg-20417 `` up as ``MSG-20417``). ``MSG-108588`` where every message id is
     ``MSG-`` and five digits names none, so writing it (a miscopied id) deletes nothing that was not asked."""
     if schema is None:
         return True
-    try:
-        _validator(canonical_json(schema))(item)
-    except fastjsonschema.JsonSchemaValueException:
-        return False
-    return True
+    check = _validator(canonical_json(schema))
+    forms = {item, item.strip(), item.strip().upper(), item.strip().lower()} if isinstance(item, str) else [item]
+    for form in forms:
+        try:
+            check(form)
+        except fastjsonschema.JsonSchemaValueException:
+            continue
+        return True
+    return False
 
 
 def _breaks_rule(rule: SafetyRule, args: dict[str, Any], expected: tuple[ToolCall, ...],
