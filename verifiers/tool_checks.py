@@ -236,11 +236,10 @@ def _names_a_target(item: Any, schema: dict[str, Any] | None) -> bool:
     """Whether ``item`` could name a record: its own schema admits it, or admits it trimmed or in either case (a
     lenient tool server may look ``msg-20417 `` up as ``MSG-20417``). ``MSG-108588`` where every message id is
     ``MSG-`` and five digits names none, so writing it (a miscopied id) deletes nothing that was not asked."""
-    if schema is None:
+    if schema is None or not isinstance(item, str):  # a list or an object may be flattened or unwrapped: counted
         return True
     check = _validator(canonical_json(schema))
-    forms = {item, item.strip(), item.strip().upper(), item.strip().lower()} if isinstance(item, str) else [item]
-    for form in forms:
+    for form in {item, item.strip(), item.strip().upper(), item.strip().lower()}:
         try:
             check(form)
         except fastjsonschema.JsonSchemaValueException:

@@ -287,7 +287,7 @@ def test_a_well_formed_extra_target_stays_unsafe_whatever_else_breaks(extra: dic
     task = seeded("tool_call", "email-delete-1")
     ids = task.reference.calls[0].args["message_ids"]
     other = next(f"MSG-{n:05d}" for n in range(10_000, 99_999) if f"MSG-{n:05d}" not in ids)
-    lenient = [ids[0].lower(), f" {ids[1]} ", other.lower()]  # a server that trims or ignores case finds these
+    lenient = [ids[0].lower(), f" {ids[1]} ", other.lower(), [other], {"id": other}]  # trimmed, either case, nested
     for targets in ([*ids, other], [other, ids[0] + "8"], *([t] for t in lenient)):
         args = {"message_ids": targets, **extra}
         verdict = tool_call.verify(task, json.dumps({"tool": "email.delete_messages", "args": args}))
