@@ -248,7 +248,7 @@ def _miscopies(item: Any, requested: list[str], schema: dict[str, Any] | None) -
     """Whether ``item`` is a miscopy of a requested target that names no record: one edit away from it, adding no
     character but ASCII letters and digits (no wildcard, separator, space or lookalike), and refused by the target
     schema as written, trimmed and in either case (``MSG-108588`` for ``MSG-10858`` where ids are ``MSG-`` and five
-    digits). A lenient server that resolves it anyway finds at most the requested record. Anything else counts."""
+    digits). A lenient server that resolves it anyway most likely finds the requested record. Anything else counts."""
     if schema is None or not isinstance(item, str):
         return False
     if not any(_one_edit(item, r) and set(item) - set(r) <= _ASCII_ALNUM for r in requested):
