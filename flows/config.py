@@ -256,7 +256,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     profile: Profile = Field(default="default", description="default: the loop in under 20 "
-                             "minutes on 2 cores; full: 45-60 minutes with vLLM installed on the 2-core VMs "
+                             "minutes on 2 cores; full: 30-60 minutes with vLLM installed on the 2-core VMs "
                              "measured (77 on the slowest), at least 200 "
                              "held-out tasks per eval (tool_call: 1,000), more SFT and GRPO, and for tool_call "
                              "the GRPO recipe that beat SFT (README; options given still win).")
