@@ -15,9 +15,10 @@ Contract:
 - ``drift_flags(rows, at_end)``: at a check row (validation, or held-out without a validation slice) and at the
   last step (``at_end``, so a run without checks is flagged too), what went wrong since the previous check or the
   first step:
-  ``reward_up_validation_down`` (the training reward rose while validation success fell), ``length_blowup`` (mean
-  completion length more than doubled since the first steps), ``format_drift`` (the invalid-output rate rose by more
-  than 0.1 on the checks or 0.2 in training). Each flag is ``{"flag", "step", "detail"}``.
+  ``reward_up_validation_down`` (the training reward rose while validation success fell; after the start's own check,
+  step 0, the first half of the steps since against the second), ``length_blowup`` (mean completion length more than
+  doubled since the first training steps; a check-only row is no step), ``format_drift`` (the invalid-output rate
+  rose by more than 0.1 on the checks or 0.2 in training). Each flag is ``{"flag", "step", "detail"}``.
 """
 
 from __future__ import annotations
@@ -118,6 +119,24 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _ends(rows: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
+    """``key``'s mean over the first and the last quarter (at least one) of the rows that have it: a check-only row
+    (the start adapter's, step 0) is not a training step."""
+    have = [r for r in rows if isinstance(r.get(key), int | float)]
+    n = max(1, len(have) // 4)
+    return _mean(have[:n], key), _mean(have[-n:], key)
+
+
+def _reward_windows(rows: list[dict[str, Any]], prev: int) -> tuple[float | None, float | None]:
+    """The training reward before and since the check at ``prev``; when that check is the start (no training step
+    before it), the first and second halves of the steps since, so the first check after the start can flag too."""
+    earlier = [r for r in rows[:prev + 1] if isinstance(r.get("reward"), int | float)]
+    since = [r for r in rows[prev + 1:] if isinstance(r.get("reward"), int | float)]
+    if not earlier:
+        earlier, since = since[:len(since) // 2], since[len(since) // 2:]
+    return _mean(earlier, "reward"), _mean(since, "reward")
+
+
 def drift_flags(rows: list[dict[str, Any]], at_end: bool = False) -> list[dict[str, Any]]:
     last = rows[-1]
     prefix = "val" if "val_success" in last else "heldout" if "heldout_success" in last else None
@@ -127,21 +146,20 @@ def drift_flags(rows: list[dict[str, Any]], at_end: bool = False) -> list[dict[s
     checks = [i for i, r in enumerate(rows) if f"{prefix}_success" in r] if prefix else []
     if prefix == "val" and len(checks) > 1:  # validation only: the gate's held-out tasks never steer training
         prev = checks[-2]
-        before, since = _mean(rows[:prev + 1], "reward"), _mean(rows[prev + 1:], "reward")
+        before, since = _reward_windows(rows, prev)
         fell = last["val_success"] < rows[prev]["val_success"]
         if before is not None and since is not None and since > before and fell:
             flags.append({"flag": "reward_up_validation_down", "step": step, "detail": (
                 f"training reward {before:.3f} -> {since:.3f} while validation success "
                 f"{rows[prev]['val_success']:.3f} -> {last['val_success']:.3f}")})
-    first_n = max(1, len(rows) // 4)
-    start, now = _mean(rows[:first_n], "completions/mean_length"), _mean(rows[-first_n:], "completions/mean_length")
+    start, now = _ends(rows, "completions/mean_length")
     if start and now and now > 2 * start:
         flags.append({"flag": "length_blowup", "step": step,
                       "detail": f"mean completion length {start:.1f} -> {now:.1f} tokens"})
     key = f"{prefix}_invalid_rate"
     first_check = rows[checks[0]] if checks else {}
     check_rise = last.get(key, 0) - first_check.get(key, 0)
-    start, now = _mean(rows[:first_n], "train_invalid_rate"), _mean(rows[-first_n:], "train_invalid_rate")
+    start, now = _ends(rows, "train_invalid_rate")
     if check_rise > 0.1 or (start is not None and now is not None and now - start > 0.2):
         flags.append({"flag": "format_drift", "step": step, "detail": (
             f"{'validation' if prefix == 'val' else 'held-out'} invalid-output rate {first_check.get(key, 0):.3f} -> "

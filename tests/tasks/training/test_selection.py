@@ -162,6 +162,34 @@ def test_drift_flags() -> None:
     assert [f["flag"] for f in drift] == ["format_drift"]
 
 
+def _with_start(rows, val_success, prefix="val"):
+    """``rows`` after the start adapter's own check (step 0: validation only, no training metrics), as TrainLog
+    writes them when selection is on."""
+    return [{"step": 0, f"{prefix}_success": val_success, f"{prefix}_invalid_rate": 0.0, f"{prefix}_reward": 0.5},
+            *rows]
+
+
+def test_drift_flags_fire_after_the_start_check() -> None:
+    """The default run's shape: a check at step 0, 4 steps, checks at 2 and 4. The step-0 row has no training
+    reward, length or invalid rate: the first check after it compares the steps since (first half against second),
+    and length and format compare training steps, never the check-only row."""
+    hacked = drift_flags(_with_start(_rows([0.1, 0.6], [0.3]), 0.5))
+    assert [f["flag"] for f in hacked] == ["reward_up_validation_down"] and hacked[0]["step"] == 2
+    assert "0.100 -> 0.600" in hacked[0]["detail"] and "0.500 -> 0.300" in hacked[0]["detail"]
+    assert drift_flags(_with_start(_rows([0.6, 0.1], [0.3]), 0.5)) == []  # reward fell too: no hacking
+    assert drift_flags(_with_start(_rows([0.1, 0.6], [0.5]), 0.5)) == []  # validation held
+    one = {"step": 1, "reward": 0.9, "completions/mean_length": 20, "train_invalid_rate": 0.0, "val_success": 0.3}
+    assert drift_flags(_with_start([one], 0.5)) == []  # a check every step: one step since the start, no halves
+    longer = drift_flags(_with_start(_rows([0.1, 0.2, 0.3, 0.4], [0.5, 0.5], lengths=[20, 22, 40, 64]), 0.5))
+    assert [f["flag"] for f in longer] == ["length_blowup"] and "20.0 -> 64.0" in longer[0]["detail"]
+    drift = drift_flags(_with_start(_rows([0.1, 0.2, 0.3, 0.4], [0.5, 0.5], invalid=[0.0, 0.0, 0.3, 0.5]), 0.5))
+    assert [f["flag"] for f in drift] == ["format_drift"] and "training 0.0 -> 0.5" in drift[0]["detail"]
+    healthy = _with_start(_rows([0.1, 0.2, 0.3, 0.4], [0.5, 0.5]), 0.5)
+    assert drift_flags(healthy) == [] and drift_flags(healthy, at_end=True) == []
+    unchecked = _with_start(_rows([0.1, 0.2, 0.3, 0.4], [], lengths=[20, 22, 40, 64], prefix=None), 0.5, "heldout")
+    assert [f["flag"] for f in drift_flags(unchecked, at_end=True)] == ["length_blowup"]
+
+
 def test_length_and_format_drift_are_flagged_without_a_validation_slice() -> None:
     """Held-out checks (no validation slice) or no checks at all: length and format still flagged, at the check rows
     and at the last step; reward-up-validation-down needs the validation slice (the gate's tasks never steer)."""
