@@ -316,10 +316,10 @@ class RunConfig(BaseModel):
     grpo_replay_focus: ReplayFocus = Field(default="all", description=FOCUS_HELP)
     grpo_replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
     check_interval: int | None = Field(default=None, ge=1, le=100_000, description="GRPO: steps between checks on "
-                                       "the validation slice (default: half of --grpo-steps; --profile full: 3 "
-                                       "checks after the start, at least 4 steps apart); a 128-task check on vLLM "
-                                       "rollouts takes 7-85 s (greedy; 72-85 s on the slowest VM) plus 35-45 s there "
-                                       "(the margin score).")
+                                       "the validation slice (default: half of --grpo-steps; --profile full for "
+                                       "tool_call: 3 checks after the start, at least 4 steps apart); a 128-task "
+                                       "check on vLLM rollouts takes 7-85 s (greedy; 72-85 s on the slowest VM) plus "
+                                       "35-45 s there (the margin score).")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
                         "equal is replaced by a fresh task's group, up to N times (0: kept).")
     train_limit: int | None = Field(default=None, ge=1, description="Train on the first N train tasks only.")

@@ -249,14 +249,15 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
 
 
 def speed_warning(config: RunConfig) -> str | None:
-    """The full profile's 42-63 minutes on 2 cores were measured with vLLM (evals, curricula and GRPO's rollouts on
-    ``auto``); without it the run still works, at about three times the cost: said up front, not after an hour."""
+    """The full profile's 30-60 minutes on 2 cores (77 on the slowest VM class) were measured with vLLM (evals,
+    curricula and GRPO's rollouts on ``auto``); without it the run still works, at about three times the cost: said
+    up front, not after an hour."""
     from flywheel.tasks.inference.policy import vllm_available
 
     if config.profile != "full" or vllm_available():
         return None
     return ("--profile full without vLLM: every eval, the curriculum's sampling and GRPO's rollouts run on "
-            "transformers (tool_call: about 2.5 hours on 2 cores, estimated, instead of 45-56 minutes with "
+            "transformers (tool_call: about 2.5 hours on 2 cores, estimated, instead of 30-60 minutes with "
             "vLLM); "
             "`bash deploy/install.sh` adds vLLM (it was installed with --without-vllm)")
 
