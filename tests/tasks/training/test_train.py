@@ -232,6 +232,54 @@ def test_the_same_seed_and_data_give_byte_identical_adapters(dataset, tmp_path) 
     assert both(tmp_path / "b") == first
 
 
+@pytest.mark.slow
+def test_grpo_from_the_base_model_is_seeded_and_makes_no_reference_or_old_policy_pass(dataset, tmp_path,
+                                                                                       monkeypatch) -> None:
+    """GRPO straight from the base model (the baseline decision "RL"): TRL's GRPOTrainer creates the LoRA adapter
+    itself, the path the issue warns may run before seeding. Twice, from other random states: byte-identical
+    adapters. And a step's only log-prob pass is the one with gradients: beta 0 keeps no reference model, and one
+    update per generation (steps_per_generation = the accumulation steps, our own rollouts, not TRL's vLLM) needs
+    no old-policy pass (item 6: a TRL upgrade or a config change that brings either back fails here)."""
+    import random
+
+    import torch
+
+    import flywheel.tasks.training.train as train_mod
+
+    made, passes = [], []
+    build = train_mod._trainer
+
+    def watched(*args, **kwargs):
+        trainer = build(*args, **kwargs)
+        logps = trainer._get_per_token_logps_and_entropies
+
+        def counted(*a, **k):
+            passes.append(torch.is_grad_enabled())
+            return logps(*a, **k)
+
+        trainer._get_per_token_logps_and_entropies = counted
+        made.append(trainer)
+        return trainer
+
+    monkeypatch.setattr(train_mod, "_trainer", watched)
+
+    def grpo(root: Path) -> bytes:
+        result = train_mod.train(TrainConfig(
+            dataset=dataset, out=str(root), method="grpo", max_steps=1, batch_size=2, micro_batch=1,
+            num_generations=2, refill=0, limit=4, eval_interval=0, eval_limit=1, max_completion_length=8,
+            save_steps=100))
+        return (Path(result["adapter"]) / "adapter_model.safetensors").read_bytes()
+
+    torch.manual_seed(3)
+    random.seed(3)
+    first = grpo(tmp_path / "a")
+    torch.rand(1000)
+    random.random()
+    assert grpo(tmp_path / "b") == first
+    assert all(t.ref_model is None for t in made)
+    assert passes == [True] * 4, passes  # 2 runs x 1 step x 2 accumulation passes, each with gradients
+
+
 def test_the_fused_lm_head_scores_only_labelled_positions_with_the_same_loss(monkeypatch) -> None:
     """On CPU, TRL's fused LM head scored every position (prompt included) and masked the loss afterwards; after
     score_labelled_positions_only() it projects only the labelled positions, as on GPUs: the same loss, log-probs
