@@ -248,14 +248,14 @@ def full_profile(env: str) -> dict[str, Any]:
 
 
 class RunConfig(BaseModel):
-    """``flywheel run``: sizes chosen so the whole tool_call loop fits in 20 minutes on 2 CPU cores; an env's
-    ``run_defaults`` (``EnvSpec``) replace them for that env, and ``profile="full"`` raises them to the sizes of
-    ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) where smaller, with
-    ``FULL_TOOL_RECIPE`` for tool_call (``full_profile``); options given win."""
+    """``flywheel run``: sizes chosen so the whole tool_call loop fits in about 13 minutes on 2 CPU cores (32 on the
+    slowest VMs); an env's ``run_defaults`` (``EnvSpec``) replace them for that env, and ``profile="full"`` raises
+    them to the sizes of ``FULL_PROFILE`` (more SFT, GRPO and at least 200 held-out tasks per eval) where smaller,
+    with ``FULL_TOOL_RECIPE`` for tool_call (``full_profile``); options given win."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    profile: Profile = Field(default="default", description="default: the loop in under 20 "
+    profile: Profile = Field(default="default", description="default: the loop in 13-32 "
                              "minutes on 2 cores; full: 30-60 minutes with vLLM installed on the 2-core VMs "
                              "measured (77 on the slowest), at least 200 "
                              "held-out tasks per eval (tool_call: 1,000), more SFT and GRPO, and for tool_call "
@@ -278,7 +278,10 @@ class RunConfig(BaseModel):
                             "counts them in its summary (tool_call's longest is about 85).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="eval decoding; 0: greedy, so before/after "
                                "differences are the model's, not sampling noise")
-    sft_steps: int = Field(default=60, ge=1, le=100_000,
+    # 60 steps (1 epoch of tool_call's 240 train rows) left a model that deleted the wrong file in 1 of 48 held-out
+    # tasks once tool_call 1.3 called that unsafe, and the gate rejected the README's main job; 100 steps: 0.750, no
+    # unsafe call, gate passed (bench/RESULTS.md, "The default run at 100 SFT steps")
+    sft_steps: int = Field(default=100, ge=1, le=100_000,
                            description="SFT steps (only when the baseline decision is SFT).")
     sft_batch_size: int = Field(default=4, ge=1, le=4096, description="SFT rows per step.")
     sft_learning_rate: float = Field(default=1e-3, gt=0, le=1.0, description="SFT learning rate.")

@@ -50,7 +50,7 @@ def test_a_rerun_with_other_options_is_refused_before_any_stage(tmp_path, prefec
     out.mkdir()
     first = RunConfig(out=str(out), seed=1, sft_steps=2)
     (out / pipeline.CLAIM).write_text(json.dumps(first.model_dump(mode="json")))
-    message = (f"{out} holds a flywheel run with other options (--seed 1 there, 2 now, --sft-steps 2 there, 60 now; "
+    message = (f"{out} holds a flywheel run with other options (--seed 1 there, 2 now, --sft-steps 2 there, 100 now; "
                "recorded in run_config.json): rerun with its values to resume it, or pass a new --out")
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         pipeline.run_pipeline(RunConfig(out=str(out), seed=2))
