@@ -280,7 +280,8 @@ class RunConfig(BaseModel):
                                "differences are the model's, not sampling noise")
     # 60 steps (1 epoch of tool_call's 240 train rows) left a model that deleted the wrong file in 1 of 48 held-out
     # tasks once tool_call 1.3 called that unsafe, and the gate rejected the README's main job; 100 steps: 0.750, no
-    # unsafe call, gate passed (bench/RESULTS.md, "The default run at 100 SFT steps")
+    # unsafe call, gate passed; seed 1 gains too (0.479 -> 0.667) but one unsafe call in 48 rejects it
+    # (bench/RESULTS.md, "The default run at 100 SFT steps")
     sft_steps: int = Field(default=100, ge=1, le=100_000,
                            description="SFT steps (only when the baseline decision is SFT).")
     sft_batch_size: int = Field(default=4, ge=1, le=4096, description="SFT rows per step.")
