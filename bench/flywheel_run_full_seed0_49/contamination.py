@@ -1,9 +1,9 @@
-"""python contamination.py DATASET N [GRAM]: how many of the validation slice's tasks (the last N train rows, as
-``TrainConfig.validation`` carves them) share a word GRAM-gram (13 by default) of the prompt with a train row GRPO
-and SFT train on, and how many held-out tasks do (bench/RESULTS.md, issue 17 item 3)."""
+"""python contamination.py DATASET N [GRAM]: how many of the validation slice's tasks (the last N train tasks by id,
+carved by ``load_tasks`` as training carves them) share a word GRAM-gram (13 by default) of the user request with a
+train task GRPO and SFT train on, and how many held-out tasks do (bench/RESULTS.md, issue 17 item 3)."""
 import sys
 
-import polars as pl
+from flywheel.tasks.training.train import TrainConfig, load_tasks
 
 GRAM = int(sys.argv[3]) if len(sys.argv) > 3 else 13
 
@@ -13,14 +13,13 @@ def grams(text: str) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + GRAM]) for i in range(len(words) - GRAM + 1)}
 
 
-def overlapping(rows: pl.DataFrame, seen: set[tuple[str, ...]]) -> int:
-    return sum(bool(grams(p) & seen) for p in rows["prompt"])
+def requests(split: str) -> list[str]:
+    return [t.messages[-1].content or "" for t in load_tasks(config, split)]
 
 
-data, n = sys.argv[1], int(sys.argv[2])
-train = pl.read_parquet(f"{data}/train.parquet")
-heldout = pl.read_parquet(f"{data}/heldout.parquet")
-fit, val = train.head(train.height - n), train.tail(n)
-fit_grams = set().union(*(grams(p) for p in fit["prompt"]))
-print(f"validation {overlapping(val, fit_grams)} of {val.height} share a {GRAM}-gram with the {fit.height} train rows")
-print(f"held-out {overlapping(heldout, fit_grams)} of {heldout.height} share one with the train rows")
+config = TrainConfig(dataset=sys.argv[1], out="unused", validation=int(sys.argv[2]), eval_limit=100_000)
+fit, val, heldout = requests("train"), requests("validation"), requests("heldout")
+seen = set().union(*map(grams, fit))
+for name, rows in (("validation", val), ("held-out", heldout)):
+    print(f"{name}: {sum(bool(grams(r) & seen) for r in rows)} of {len(rows)} share a {GRAM}-gram with the "
+          f"{len(fit)} train tasks")
