@@ -229,7 +229,12 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32
 # the curriculum samples the first 400 train tasks (~100 picked; GRPO's 48 prompts and their redraws use ~56), not all
 # ~870, and the 128-task checks (~2 min each with the margin score there) run every 4 steps, not 2: in all five 12 x 4
 # runs measured every 2 steps the checkpoint kept was 0, 4 or 12 (RESULTS.md, "The hour on the slow VMs").
-FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 12, "grpo_prompts": 4,
+# Then 4 completions for each of 8 prompts (the same 32 a step and the same time; each update sees twice as many
+# decisions) on picks balanced by decision (--curriculum-balance: 113 -> 88; every seed-0 draw before broke
+# crm.find_contact, 6 picks by name against 3 by company): from seed 0's SFT on AMD Zen 4, +0.006 [-0.001, +0.014],
+# 10 fixed / 4 broken, against -0.002 [-0.012, +0.008] for 8 x 4 on all picks (RESULTS.md, forty-ninth session).
+FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 12, "grpo_prompts": 8,
+                    "num_generations": 4, "curriculum_balance": True,
                     "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 400, "grpo_replay": 8.0,
                     "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 4,
                     "grpo_rollout_backend": "auto"}
@@ -304,6 +309,11 @@ class RunConfig(BaseModel):
         "at temperature 1, not all | failures: on those the start policy's greedy answer gets wrong (one greedy "
         "answer per task, so --curriculum-tasks can cover the whole train split; flat groups are redrawn among them) "
         "| both: on the tasks either picks (both evals run).")
+    curriculum_balance: bool = Field(
+        default=False, description="Curriculum: within each tool, the picks whose reference calls set the same "
+        "argument keys are one side of a decision (find a contact by name, or by company); each side keeps as many "
+        "picks as the tool's rarest side, so GRPO does not learn one side at the other's cost (--profile full for "
+        "tool_call: on).")
     validation_tasks: int = Field(default=16, ge=0, le=MAX_ROWS, description="GRPO: train tasks held apart (the "
                                   "last N by id, at most a quarter of train) for checks every half of --grpo-steps; "
                                   "the best checkpoint on them is kept, never chosen on the gate's held-out tasks "

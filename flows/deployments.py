@@ -66,7 +66,7 @@ def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: Pro
                    grpo_replay: float | None = None, grpo_replay_focus: ReplayFocus | None = None,
                    grpo_replay_rows: int | None = None, check_interval: int | None = None,
                    curriculum_samples: int | None = None, curriculum_tasks: int | None = None,
-                   curriculum: Curriculum | None = None,
+                   curriculum: Curriculum | None = None, curriculum_balance: bool | None = None,
                    validation_tasks: int | None = None, capability_tasks: int | None = None,
                    capability_envs: list[str] | None = None,
                    train_limit: int | None = None, gpu_pool: str | None = None, dask_address: str | None = None,

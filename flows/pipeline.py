@@ -91,7 +91,26 @@ def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str
     if not kept:
         return None, config.train_limit, f"{what}: GRPO trains on every train task"
     on = {"mixed": "the mixed ones", "failures": "those", "both": f"the {kept} in either"}[config.curriculum]
+    if config.curriculum_balance:
+        per_task, dropped = _balance(config, dataset, per_task)  # type: ignore[arg-type]
+        on += f", {kept - dropped} of them balanced by decision ({dropped} left out)"
     return per_task, limit, f"{what}: GRPO trains on {on}"
+
+
+def _balance(config: RunConfig, dataset: str, per_task: str) -> tuple[str, int]:
+    """--curriculum-balance: the picks cut to each tool's rarest side of a decision (``balance_marks``)."""
+    import polars as pl
+
+    from flywheel.schemas.records import Task
+    from flywheel.tasks.data.publish import read_split
+    from flywheel.tasks.training.train import balance_marks
+
+    ids = pl.read_parquet(per_task, columns=["task_id"])["task_id"].implode()
+    rows = read_split(Path(dataset), "train", ["id", "task"]).filter(pl.col("id").is_in(ids))
+    tasks = [Task.model_validate_json(t) for t in rows["task"]]
+    path, dropped = balance_marks(per_task, tasks, "failures" if config.curriculum != "mixed" else "mixed",
+                                  Path(config.out) / "curriculum" / "balanced.parquet")
+    return str(path), dropped
 
 
 def _curriculum_eval(config: RunConfig, dataset: str, model: str | None, limit: int, out: Path, greedy: bool) -> str:

@@ -132,6 +132,7 @@ def run_(
     curriculum_samples: int = option(RunConfig, "curriculum_samples"),
     curriculum_tasks: int = option(RunConfig, "curriculum_tasks"),
     curriculum: str = option(RunConfig, "curriculum"),
+    curriculum_balance: bool = option(RunConfig, "curriculum_balance"),
     max_tokens: int = option(RunConfig, "max_tokens"),
     lora_targets: str = option(RunConfig, "lora_targets"),
     grpo_prompts: int = option(RunConfig, "grpo_prompts"),

@@ -107,6 +107,37 @@ def union_marks(greedy: str, sampled: str, out: Path) -> Path:
     return out
 
 
+def decision_sides(tasks: list[Task]) -> dict[str, tuple[str, str]]:
+    """Each task's decision: its first reference call's tool, and the argument keys that call sets (crm.find_contact
+    by ``name`` or by ``company``); tasks without a reference call have none."""
+    return {t.id: (c.tool, ",".join(sorted(c.args))) for t in tasks for c in t.reference.calls[:1]}
+
+
+def balance_marks(per_task: str, tasks: list[Task], train_on: str, out: Path) -> tuple[Path, int]:
+    """``flywheel run --curriculum-balance``: the picks of a tool that sides of a decision split unevenly (6 by name,
+    3 by company) teach GRPO the larger side, so each side keeps as many picks as the tool's rarest side has (the first
+    by task id) and the rest are marked "always", which GRPO skips. ``tasks``: the train tasks (their reference
+    calls). Returns the marks file and the number of picks left out."""
+    import io
+
+    import polars as pl
+
+    from flywheel.tasks.files import write_bytes_atomic
+
+    marks = pl.read_parquet(per_task, columns=["task_id", "mark"]).sort("task_id")
+    side, skipped = decision_sides(tasks), skip_ids(per_task, train_on)
+    by_tool: dict[str, dict[str, list[str]]] = {}
+    for i in marks["task_id"]:
+        if i not in skipped and i in side:
+            by_tool.setdefault(side[i][0], {}).setdefault(side[i][1], []).append(i)
+    drop = [i for sides in by_tool.values() for ids in sides.values() for i in ids[min(map(len, sides.values())):]]
+    left_out = pl.col("task_id").is_in(pl.Series(drop, dtype=pl.Utf8).implode())
+    buffer = io.BytesIO()
+    marks.with_columns(mark=pl.when(left_out).then(pl.lit("always")).otherwise("mark")).write_parquet(buffer)
+    write_bytes_atomic(out, buffer.getvalue())
+    return out, len(drop)
+
+
 LORA_TARGETS: dict[str, Any] = {"attention": ["q_proj", "k_proj", "v_proj", "o_proj"], "all-linear": "all-linear"}
 
 

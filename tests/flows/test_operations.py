@@ -218,14 +218,15 @@ def test_pipeline_runs_training_and_promotion_as_gpu_pool_deployments(stack) -> 
     """`flywheel-run/end-to-end` on the stack, reduced, on workplace: SFT and GRPO run as the train-policy/gpu
     deployment and the gate as promote/gate; the run's own checks are those of a workplace run (one run for both, to
     keep CI short): a workplace dataset, agent-episode evals of the same rollouts, SFT on gold episodes, GRPO on
-    whole episodes (two prompts a step, one group per pass; their counts in the log), `curriculum both`, the gate on
-    tokens per call, not seconds. The tool_call run through the CLI: tests/flows/test_pipeline.py."""
+    whole episodes (two prompts a step, one group per pass; their counts in the log), `curriculum both` balanced,
+    the gate on tokens per call, not seconds. The tool_call run through the CLI: tests/flows/test_pipeline.py."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
     out = Path(stack["home"]) / "runs" / "tiny"
     params = {"out": str(out), "env": "workplace", "seed": 1, "n": 20, "heldout_fraction": 0.3, "eval_limit": 4,
               "sft_steps": 1, "grpo_steps": 1, "num_generations": 2, "grpo_prompts": 2, "max_tokens": 16,
               "train_limit": 2, "refill": 1, "curriculum": "both", "curriculum_tasks": 2, "capability_tasks": 0,
+              "curriculum_balance": True,
               "validation_tasks": 1, "gpu_pool": "gpu", "grpo_learning_rate": 5e-5,
               "check_interval": 1}  # the last two reach GRPO's config; capability checks: test_pipeline.py
     run = _wait(stack, _trigger(stack, "flywheel-run/end-to-end", params).id, timeout=900)
@@ -273,9 +274,12 @@ def _check_workplace_run(out: Path, summary: dict) -> None:
     assert sampled.height == 2 and (sampled["samples"] == 4).all()
     assert config["train_on"] == "failures"  # SFT has no curriculum: its config says so
     assert json.loads((out / "sft" / "train_config.json").read_text())["train_on"] == "mixed"
-    union = out / "curriculum" / "failures_and_mixed.parquet"
-    assert config["skip_tasks"] == (str(union) if either else None)
+    union, balanced = out / "curriculum" / "failures_and_mixed.parquet", out / "curriculum" / "balanced.parquet"
+    assert config["skip_tasks"] == (str(balanced) if either else None)  # --curriculum-balance: the union, cut
     assert set(pl.read_parquet(union).filter(pl.col("mark") == "mixed")["task_id"]) == either
+    if either:
+        picks = set(pl.read_parquet(balanced).filter(pl.col("mark") == "mixed")["task_id"])
+        assert picks and picks <= either and "balanced by decision" in summary["curriculum"]
     assert "val_success" in grpo[0] and summary["stages"]["grpo"]["selected_step"] in (0, 1)  # agent episodes
     reg = Registry(summary["registry"])
     assert set(reg.version(summary["stages"]["grpo"]["version"]).verifiers) == {"workplace"}

@@ -437,3 +437,34 @@ def test_a_checkpoint_killed_mid_save_is_not_resumed_from(tmp_path) -> None:
     (tmp_path / "checkpoint-5").mkdir()  # killed before its state file
     assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
     assert last_checkpoint(tmp_path / "none") is None
+
+
+def test_curriculum_balance_cuts_each_tool_to_its_rarest_side_of_a_decision(tmp_path) -> None:
+    import polars as pl
+
+    from flywheel.schemas.records import Reference, TaskMeta, ToolCall
+    from flywheel.tasks.training.train import balance_marks, skip_ids
+
+    def task(tool: str, n: int, **args: str) -> Task:
+        calls = (ToolCall(tool=tool, args=args),) if tool else ()
+        return Task(env="tool_call", messages=({"role": "user", "content": f"{tool} {n}"},),
+                    reference=Reference(calls=calls, answer=None if tool else "4"), meta=TaskMeta(seed_id="s"))
+
+    by_name = [task("crm.find_contact", i, name=f"n{i}") for i in range(4)]
+    by_company = [task("crm.find_contact", 9, company="acme")]
+    search = [task("email.search", i, query="q") for i in range(3)]  # one side: a tool with no decision keeps all
+    plain, skipped = task("", 0), task("crm.find_contact", 10, company="initech")  # no call; not a pick
+    tasks = by_name + by_company + search + [plain, skipped]
+    marks = {t.id: "always" if t is skipped else "mixed" for t in tasks}
+    pl.DataFrame({"task_id": list(marks)[::-1], "mark": list(marks.values())[::-1]}).write_parquet(tmp_path / "m.pq")
+    out, dropped = balance_marks(str(tmp_path / "m.pq"), tasks, "mixed", tmp_path / "b.parquet")
+    first_by_name = min(t.id for t in by_name)
+    left = {t.id for t in tasks} - skip_ids(str(out), "mixed")
+    assert left == {first_by_name, by_company[0].id, plain.id} | {t.id for t in search}
+    assert dropped == 3 and skip_ids(str(out), "failures") == skip_ids(str(out), "mixed")
+    assert sorted(pl.read_parquet(out)["task_id"]) == sorted(marks)  # every task still marked, none lost
+    # a "never" pick counts only when GRPO trains on failures: under "mixed" it is no pick, so nothing to balance
+    marks[by_company[0].id] = "never"
+    pl.DataFrame({"task_id": list(marks), "mark": list(marks.values())}).write_parquet(tmp_path / "m.pq")
+    assert balance_marks(str(tmp_path / "m.pq"), tasks, "mixed", tmp_path / "b.parquet")[1] == 0
+    assert balance_marks(str(tmp_path / "m.pq"), tasks, "failures", tmp_path / "b.parquet")[1] == 3
