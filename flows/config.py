@@ -264,7 +264,7 @@ class RunConfig(BaseModel):
                              "minutes on 2 cores; full: 30-60 minutes with vLLM installed on the 2-core VMs "
                              "measured (77 on the slowest), at least 200 "
                              "held-out tasks per eval (tool_call: 1,000), more SFT and GRPO, and for tool_call "
-                             "the GRPO recipe that beat SFT (README; options given still win).")
+                             "the GRPO recipe that came closest to beating SFT (README; options given still win).")
 
     out: str = Field(default="flywheel-run", min_length=1, description="Everything lands here: datasets/, "
                      "eval-baseline/, sft/, grpo/, registry/, summary.md, summary.json.")
