@@ -233,10 +233,14 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32
 # decisions) on picks balanced by decision (--curriculum-balance: 113 -> 88; every seed-0 draw before broke
 # crm.find_contact, 6 picks by name against 3 by company): from seed 0's SFT on AMD Zen 4, +0.006 [-0.001, +0.014],
 # 10 fixed / 4 broken, against -0.002 [-0.012, +0.008] for 8 x 4 on all picks (RESULTS.md, forty-ninth session).
-FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 12, "grpo_prompts": 8,
+# 24 of those steps, not 12 (lr 5e-5 decaying over 24; checks every 8): from the full SFT both seeds read a lower bound
+# above 0 where 12 steps never did (seed 0: 0.941 -> 0.956, +0.015 [+0.006, +0.025]; seed 1: 0.946 -> 0.969, +0.023
+# [+0.013, +0.034]; 12 steps: +0.003 and +0.005), in 58 minutes on a 2-core Intel Xeon without AMX (RESULTS.md,
+# "24 GRPO steps from full SFT").
+FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 24, "grpo_prompts": 8,
                     "num_generations": 4, "curriculum_balance": True,
                     "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 400, "grpo_replay": 8.0,
-                    "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 4,
+                    "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 8,
                     "grpo_rollout_backend": "auto"}
 
 
@@ -261,10 +265,10 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     profile: Profile = Field(default="default", description="default: the loop in 13-32 "
-                             "minutes on 2 cores; full: 30-60 minutes with vLLM installed on the 2-core VMs "
-                             "measured (77 on the slowest), at least 200 "
+                             "minutes on 2 cores; full: about an hour with vLLM installed (58 minutes on a 2-core "
+                             "Intel Xeon; about 65 on the slower AMD EPYC class), at least 200 "
                              "held-out tasks per eval (tool_call: 1,000), more SFT and GRPO, and for tool_call "
-                             "the GRPO recipe that came closest to beating SFT (README; options given still win).")
+                             "the GRPO recipe that beat SFT (README; options given still win).")
 
     out: str = Field(default="flywheel-run", min_length=1, description="Everything lands here: datasets/, "
                      "eval-baseline/, sft/, grpo/, registry/, summary.md, summary.json.")
@@ -363,9 +367,9 @@ class RunConfig(BaseModel):
         preset = dict(get_env(env).run_defaults) if known else {}
         full = full_profile(env) if known and data.get("profile") == "full" else {}
         merged = {**preset, **full, **data}
-        steps = data.get("grpo_steps")  # --grpo-steps alone: the profile's 3 checks (12 steps), not every 4 steps
+        steps = data.get("grpo_steps")  # --grpo-steps alone: 3 checks as at 24 steps (every 8), at most 1 in 4
         if "check_interval" in full and isinstance(steps, int) and "check_interval" not in data:
-            merged["check_interval"] = max(full["check_interval"], steps // 3)
+            merged["check_interval"] = max(4, steps // 3)
         if not merged.get("grpo_replay") and "grpo_replay_focus" not in data:
             merged.pop("grpo_replay_focus", None)  # --grpo-replay 0 given: the profile's focus goes with its replay
         return merged
