@@ -268,7 +268,7 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
 
 
 def speed_warning(config: RunConfig) -> str | None:
-    """The full profile's 30-60 minutes on 2 cores (77 on the slowest VM class) were measured with vLLM (evals,
+    """The full profile's hour on 2 cores (58 minutes on an Intel Xeon class) was measured with vLLM (evals,
     curricula and GRPO's rollouts on ``auto``); without it the run still works, at about three times the cost: said
     up front, not after an hour."""
     from flywheel.tasks.inference.policy import vllm_available
@@ -276,7 +276,7 @@ def speed_warning(config: RunConfig) -> str | None:
     if config.profile != "full" or vllm_available():
         return None
     return ("--profile full without vLLM: every eval, the curriculum's sampling and GRPO's rollouts run on "
-            "transformers (tool_call: about 2.5 hours on 2 cores, estimated, instead of 30-60 minutes with "
+            "transformers (tool_call: about 3 hours on 2 cores, estimated, instead of about an hour with "
             "vLLM); "
             "`bash deploy/install.sh` adds vLLM (it was installed with --without-vllm)")
 

@@ -190,5 +190,5 @@ def test_auto_rollouts_take_vllm_only_for_long_grpo_runs_where_it_is_installed(t
         monkeypatch.setenv("FLYWHEEL_VLLM_PYTHON", str(tmp_path / "missing"))
         assert RunConfig(profile="full", **auto).rollout_backend() == "transformers"
         assert RunConfig(profile="full").rollout_backend() == "transformers"  # the full profile runs without vLLM
-        assert "2.5 hours" in speed_warning(RunConfig(profile="full"))  # and says what that costs, up front
+        assert "3 hours" in speed_warning(RunConfig(profile="full"))  # and says what that costs, up front
     assert speed_warning(RunConfig()) is None
