@@ -233,14 +233,16 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32
 # decisions) on picks balanced by decision (--curriculum-balance: 113 -> 88; every seed-0 draw before broke
 # crm.find_contact, 6 picks by name against 3 by company): from seed 0's SFT on AMD Zen 4, +0.006 [-0.001, +0.014],
 # 10 fixed / 4 broken, against -0.002 [-0.012, +0.008] for 8 x 4 on all picks (RESULTS.md, forty-ninth session).
-# 24 of those steps, not 12 (lr 5e-5 decaying over 24; checks every 8): from the full SFT all three seeds read a lower
+# 24 of those steps, not 12 (lr 5e-5 decaying over 24; checks every 12, not 8: the checks do not move training, the
+# same step-4 adapter byte for byte checked every 2 or every 4 steps, and all three seeds kept step 24 anyway, so one
+# check less saves ~1 min of the hour; RESULTS.md, fifty-fifth session): from the full SFT all three seeds read a lower
 # bound above 0 where 12 steps never did (seed 0: 0.941 -> 0.956, +0.015 [+0.006, +0.025]; seed 1: 0.946 -> 0.969,
 # +0.023 [+0.013, +0.034]; seed 2: 0.948 -> 0.975, +0.027 [+0.016, +0.038]; 12 steps: +0.003 and +0.005), in 58-61
 # minutes on a 2-core Intel Xeon without AMX (RESULTS.md, "24 GRPO steps from full SFT").
 FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 24, "grpo_prompts": 8,
                     "num_generations": 4, "curriculum_balance": True,
                     "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 400, "grpo_replay": 8.0,
-                    "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 8,
+                    "grpo_replay_rows": 32, "grpo_replay_focus": "tools", "check_interval": 12,
                     "grpo_rollout_backend": "auto"}
 
 
@@ -335,7 +337,7 @@ class RunConfig(BaseModel):
     grpo_replay_rows: int = Field(default=16, ge=1, le=4096, description="GRPO replay: reference answers per step.")
     check_interval: int | None = Field(default=None, ge=1, le=100_000, description="GRPO: steps between checks on "
                                        "the validation slice (default: half of --grpo-steps; --profile full for "
-                                       "tool_call: 3 checks after the start, at least 4 steps apart); a 128-task "
+                                       "tool_call: 2 checks after the start, at least 4 steps apart); a 128-task "
                                        "check on vLLM rollouts takes 7-85 s (greedy; 72-85 s on the slowest VM) plus "
                                        "35-45 s there (the margin score).")
     refill: int = Field(default=2, ge=0, le=64, description="GRPO online filtering: a group whose G rewards are all "
@@ -367,9 +369,12 @@ class RunConfig(BaseModel):
         preset = dict(get_env(env).run_defaults) if known else {}
         full = full_profile(env) if known and data.get("profile") == "full" else {}
         merged = {**preset, **full, **data}
-        steps = data.get("grpo_steps")  # --grpo-steps alone: 3 checks as at 24 steps (every 8), at most 1 in 4
-        if "check_interval" in full and isinstance(steps, int) and "check_interval" not in data:
-            merged["check_interval"] = max(4, steps // 3)
+        steps = data.get("grpo_steps")  # --grpo-steps alone: 2 checks as at 24 steps (every 12), at most 1 in 4
+        if "check_interval" in full and steps is not None and "check_interval" not in data:
+            try:  # "12" from a deployment's JSON too; a bad value is left to the field's own error
+                merged["check_interval"] = max(4, int(steps) // 2)
+            except (TypeError, ValueError):
+                pass
         if not merged.get("grpo_replay") and "grpo_replay_focus" not in data:
             merged.pop("grpo_replay_focus", None)  # --grpo-replay 0 given: the profile's focus goes with its replay
         return merged

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from flywheel.flows.cli import app
 from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig
@@ -104,8 +104,8 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     full = RunConfig(profile="full")  # tool_call: the sizes and the GRPO recipe measured on it
     assert {k: getattr(full, k) for k in FULL_PROFILE | FULL_TOOL_RECIPE} == FULL_PROFILE | FULL_TOOL_RECIPE
     assert full.eval_limit >= 200 and full.curriculum == "both" and full.grpo_replay_focus == "tools"
-    # GRPO: 24 updates of 8 prompts x 4 completions, checked every 8 (seeds 0-2: lower bound above 0 over SFT)
-    assert (full.grpo_steps, full.grpo_prompts * full.num_generations, full.check_interval) == (24, 32, 8)
+    # GRPO: 24 updates of 8 prompts x 4 completions, checked every 12 (seeds 0-2: lower bound above 0 over SFT)
+    assert (full.grpo_steps, full.grpo_prompts * full.num_generations, full.check_interval) == (24, 32, 12)
     # tool_call's gate reads 1,000 held-out tasks (enough to resolve GRPO's +0.01 over SFT), and half of its rows
     # are held out so that there are that many; the other envs keep 200 of a fifth (their evals cost more)
     assert full.eval_limit == 1000 and full.n * full.heldout_fraction >= full.eval_limit
@@ -114,9 +114,13 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     assert RunConfig(profile="full", eval_limit=300, grpo_steps=2).model_dump(include={"eval_limit", "grpo_steps"}) \
         == {"eval_limit": 300, "grpo_steps": 2}
     assert RunConfig().eval_limit == 48 and RunConfig().grpo_learning_rate == 3e-5  # the default profile is untouched
-    # a longer GRPO keeps the profile's number of checks (3 after the start), not its interval; a given one wins
-    assert [RunConfig(profile="full", grpo_steps=s).check_interval for s in (2, 12, 24, 100)] == [4, 4, 8, 33]
+    # a longer GRPO keeps the profile's number of checks (2 after the start), not its interval; a given one wins
+    assert [RunConfig(profile="full", grpo_steps=s).check_interval for s in (2, 12, 24, 100)] == [4, 6, 12, 50]
     assert RunConfig(profile="full", grpo_steps=100, check_interval=1).check_interval == 1
+    # a deployment's JSON may give the number as text: the same interval as the CLI's int, and a bad one still refused
+    assert RunConfig(profile="full", grpo_steps="12").check_interval == 6
+    with pytest.raises(ValidationError, match="grpo_steps"):
+        RunConfig(profile="full", grpo_steps="twelve")
     assert RunConfig(grpo_steps=100).check_interval is None  # the default profile: half of --grpo-steps
     # --grpo-replay 0 drops the profile's replay focus with it (instead of refusing a focus the user never gave)
     assert RunConfig(profile="full", grpo_replay=0).grpo_replay_focus == "all"
