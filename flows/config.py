@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from flywheel.schemas import Thresholds
 from flywheel.schemas.records import MAX_SEED, folder_name
@@ -371,9 +371,9 @@ class RunConfig(BaseModel):
         merged = {**preset, **full, **data}
         steps = data.get("grpo_steps")  # --grpo-steps alone: 2 checks as at 24 steps (every 12), at most 1 in 4
         if "check_interval" in full and steps is not None and "check_interval" not in data:
-            try:  # "12" from a deployment's JSON too; a bad value is left to the field's own error
-                merged["check_interval"] = max(4, int(steps) // 2)
-            except (TypeError, ValueError):
+            try:  # "12" or "12.0" from a deployment's JSON read as the field reads them; a bad one: the field's error
+                merged["check_interval"] = max(4, TypeAdapter(int).validate_python(steps) // 2)
+            except ValidationError:
                 pass
         if not merged.get("grpo_replay") and "grpo_replay_focus" not in data:
             merged.pop("grpo_replay_focus", None)  # --grpo-replay 0 given: the profile's focus goes with its replay

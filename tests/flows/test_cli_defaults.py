@@ -119,6 +119,7 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     assert RunConfig(profile="full", grpo_steps=100, check_interval=1).check_interval == 1
     # a deployment's JSON may give the number as text: the same interval as the CLI's int, and a bad one still refused
     assert RunConfig(profile="full", grpo_steps="12").check_interval == 6
+    assert RunConfig(profile="full", grpo_steps="12.0").check_interval == 6  # read as the field reads it
     with pytest.raises(ValidationError, match="grpo_steps"):
         RunConfig(profile="full", grpo_steps="twelve")
     assert RunConfig(grpo_steps=100).check_interval is None  # the default profile: half of --grpo-steps
