@@ -9,14 +9,16 @@ into PPO for the same reason.
 
 Contract:
 - ``Replay(tokenizer, tasks, seed, rows, weight, shared)``: ``nll(model, step, parts)`` draws this step's ``rows``
-  tasks from ``tasks`` under a seed of (seed, step) (the same draw on a resumed run), takes this accumulation pass's
-  share of them (pass k of ``parts`` takes rows k, k + parts, ...) and returns the mean token negative
-  log-likelihood of their reference completions under ``model``: the prompt rendered as the rollouts render it,
+  tasks from ``tasks`` under a seed of (seed, step) (the same draw on a resumed run). Each of the step's ``parts``
+  accumulation passes owns a share (pass k: rows k, k + parts, ...) and its term is the mean token negative
+  log-likelihood of its rows' reference completions under ``model``: the prompt rendered as the rollouts render it,
   the completion the reference answer and its end-of-sequence token, the loss on the completion tokens only
   (multi-turn: the gold episode's assistant turns, ``episodes.sft_row``); the LM head runs on those tokens only
-  (``completion_nll``: the same value as the model's own loss); with ``shared`` (the default) the rows' common
-  prefix (system turn and tools) runs once for all of them (``shared_prefix.prefix_nll``). ``take()`` gives the
-  step's mean as ``replay_nll``.
+  (``completion_nll``: the same value as the model's own loss). The step's first pass runs every row at once and
+  returns the sum of the terms (the later passes return 0: the step's gradient is the same sum), so with ``shared``
+  (the default) the rows of one domain's catalog, whichever pass owns them, run their common prefix (system turn
+  and tools) once (``shared_prefix.prefix_nll``): one pass per share repeated it for rows of different domains.
+  ``take()`` gives the step's mean of the terms as ``replay_nll``.
 - ``same_tools(pool, trained)``: the pool's tasks calling a tool the trained tasks call (``--replay-focus
   tools``): GRPO on a few failures moves those tools' decisions both ways (trained to find a contact by ``name``, it
   starts to use ``name`` for companies too); replaying those tools' other answers holds the other side.
@@ -70,9 +72,11 @@ def encode(tokenizer: Any, task: Task) -> tuple[list[int], list[int]]:
     return prompt_ids + completion, [0] * len(prompt_ids) + [1] * len(completion)
 
 
-def completion_nll(model: Any, ids: Any, attention: Any, labels: Any) -> Any:
-    """The model's own loss (mean token NLL over the labels not -100), with the LM head over the labelled positions
-    only: a prompt's positions are most of a row, and the head over a 49k vocabulary is a third of a step's cost."""
+def completion_nll(model: Any, ids: Any, attention: Any, labels: Any, per_row: bool = False) -> Any:
+    """The model's own loss (mean token NLL over the labels not -100; ``per_row``: each row's sum), with the LM head
+    over the labelled positions only: a prompt's positions are most of a row, and the head over a 49k vocabulary is a
+    third of a step's cost."""
+    import torch
     import torch.nn.functional as F  # noqa: N812
 
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: LoRA layers sit inside
@@ -80,7 +84,10 @@ def completion_nll(model: Any, ids: Any, attention: Any, labels: Any) -> Any:
     target = labels[:, 1:]
     keep = target != -100
     logits = inner.get_output_embeddings()(hidden[keep])
-    return F.cross_entropy(logits.float(), target[keep])
+    if not per_row:
+        return F.cross_entropy(logits.float(), target[keep])
+    nll = F.cross_entropy(logits.float(), target[keep], reduction="none")
+    return torch.zeros(ids.size(0), device=ids.device).index_add(0, keep.nonzero()[:, 0], nll)
 
 
 class Replay:
@@ -92,27 +99,29 @@ class Replay:
         self.calls: dict[int, int] = {}
         self.values: list[float] = []
 
-    def draw(self, step: int, part: int, parts: int) -> list[Task]:
-        chosen = random.Random(batch_seed([self.seed, REPLAY_STREAM, step])).sample(self.pool, self.rows)
-        return chosen[part::parts]
+    def draw(self, step: int) -> list[Task]:
+        return random.Random(batch_seed([self.seed, REPLAY_STREAM, step])).sample(self.pool, self.rows)
 
     def nll(self, model: Any, step: int, parts: int) -> Any:
         import torch
 
         part = self.calls[step] = self.calls.get(step, -1) + 1
-        tasks = self.draw(step, part % parts, parts)
-        if not tasks:  # more passes than rows: this pass replays nothing
+        if part % parts:  # the step's first pass ran every pass's share
             return torch.zeros((), device=model.device)
+        tasks = self.draw(step)
         for t in tasks:
             if t.id not in self.encoded:
                 self.encoded[t.id] = encode(self.tokenizer, t)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids, attention, labels = padded([self.encoded[t.id] for t in tasks], pad, model.device)
-        loss = prefix_nll(model, ids, attention, labels) if self.shared else None
-        if loss is None:
-            loss = completion_nll(model, ids, attention, labels)
-        self.values.append(float(loss.detach()))
-        return loss
+        sums = prefix_nll(model, ids, attention, labels, per_row=True) if self.shared else None
+        if sums is None:
+            sums = completion_nll(model, ids, attention, labels, per_row=True)
+        counts = (labels[:, 1:] != -100).sum(1)
+        terms = [sums[k::parts].sum() / counts[k::parts].sum().clamp(min=1)  # pass k's mean, as it had alone
+                 for k in range(min(parts, len(tasks)))]  # more passes than rows: the rest replay nothing
+        self.values += [float(t.detach()) for t in terms]
+        return sum(terms)
 
     def take(self) -> dict[str, float]:
         out = {"replay_nll": round(sum(self.values) / len(self.values), 5)} if self.values else {}

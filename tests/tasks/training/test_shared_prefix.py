@@ -166,3 +166,71 @@ def test_what_cannot_be_shared_exactly_falls_back(policy, tool_dataset) -> None:
     short[1, int(mask[1].argmax()) + MIN_SHARED - 2] += 1  # the rows part before MIN_SHARED tokens
     assert parts(short, mask, labels, pad=0) is None
     assert grpo_logps(model, short, mask, keep, entropy=False) is None
+
+
+def test_the_generation_batch_is_shuffled_by_whole_groups_with_trls_one_draw() -> None:
+    """TRL shuffles a generation batch's rows before it splits them into passes, so a pass of G rows held G prompts.
+    ``shuffle_groups`` moves each prompt's run of rows whole, in the order TRL's own permutation first places one of
+    them, every sequence and tensor in unison, 0-dim tensors untouched; it draws what TRL draws (one ``randperm``),
+    so the RNG stream after it is TRL's; the trainer swaps it in only while it prepares a batch."""
+    import torch
+    import trl.trainer.grpo_trainer as grpo
+    from trl import GRPOTrainer
+
+    from flywheel.tasks.training.shared_prefix import shared_prefix_trainer, shuffle_groups
+
+    prompts = torch.tensor([[0, 5], [0, 5], [6, 7], [6, 7], [8, 9], [8, 9], [0, 5], [0, 5], [0, 5], [0, 5]])
+    batch = {"prompt_ids": prompts, "completion_ids": torch.arange(10)[:, None], "tags": list("abcdefghij"),
+             "num_items_in_batch": torch.tensor(10), "old_per_token_logps": None}
+    torch.manual_seed(3)
+    shuffled = shuffle_groups(batch)
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    place = torch.randperm(10).argsort().tolist()
+    assert torch.equal(torch.rand(1), after)  # the same draw as TRL's shuffle
+    rows = shuffled["completion_ids"][:, 0].tolist()
+    runs = [[0, 1], [2, 3], [4, 5], [6, 7, 8, 9]]  # runs of equal prompts (a prompt drawn twice in a row is one run)
+    assert rows == [b for r in sorted(runs, key=lambda r: min(place[b] for b in r)) for b in r]
+    assert sorted(rows) == list(range(10)) and rows != list(range(10))
+    assert shuffled["tags"] == [batch["tags"][b] for b in rows] and torch.equal(shuffled["prompt_ids"], prompts[rows])
+    assert shuffled["num_items_in_batch"] is batch["num_items_in_batch"] and shuffled["old_per_token_logps"] is None
+    seen = []
+
+    class Probe(GRPOTrainer):
+        def _prepare_inputs(self, generation_batch):
+            seen.append(grpo.shuffle_sequence_dict)
+            return generation_batch
+
+    trl_shuffle = grpo.shuffle_sequence_dict
+    assert object.__new__(shared_prefix_trainer(Probe))._prepare_inputs(batch) is batch
+    assert seen == [shuffle_groups] and grpo.shuffle_sequence_dict is trl_shuffle
+
+
+def test_the_replay_runs_its_whole_step_in_the_first_pass_with_each_pass_term_unchanged(policy, tool_dataset) -> None:
+    """Each accumulation pass's replay term stays the mean NLL of its share (rows k, k + parts, ...), but the step's
+    first pass computes every share at once (so one catalog's rows share their prefix whichever pass owns them) and
+    the later passes add 0: the value and the gradient are the sum of the per-pass terms computed alone."""
+    import torch
+
+    from flywheel.tasks.training.replay import Replay, completion_nll, encode, padded
+
+    model, tokenizer = policy
+    replay = Replay(tokenizer, _tasks(tool_dataset, 12), seed=0, rows=5, weight=1.0)
+    shares = [replay.draw(3)[k::2] for k in range(2)]
+    alone = []
+    for share in shares:
+        loss = completion_nll(model, *padded([encode(tokenizer, t) for t in share], 0, model.device))
+        loss.backward()
+        alone.append(float(loss.detach()))
+    ref_grads = _grads(model)
+    first = replay.nll(model, 3, 2)
+    first.backward()
+    grads = _grads(model)
+    later = replay.nll(model, 3, 2)
+    assert float(later) == 0 and not later.requires_grad and replay.calls[3] == 1
+    assert float(first.detach()) == pytest.approx(sum(alone), rel=1e-4)
+    assert replay.take() == {"replay_nll": pytest.approx(sum(alone) / 2, rel=1e-4)} and replay.take() == {}
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert float((g - r).norm() / r.norm()) < 1e-4, float((g - r).norm() / r.norm())
+    rows = Replay(tokenizer, _tasks(tool_dataset, 12), seed=0, rows=2, weight=1.0)
+    assert len([rows.nll(model, 0, 4) for _ in range(4)]) == 4 and len(rows.values) == 2  # more passes than rows

@@ -368,9 +368,9 @@ def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(datas
     ids, mask = encode(tokenizer, unseen[0])
     assert tokenizer.decode([i for i, m in zip(ids, mask) if m]) == reference_completion(unseen[0]) + "<|im_end|>"
     replay = Replay(tokenizer, pool, seed=0, rows=4, weight=1.0)
-    drawn = {t.id for step in range(1, 40) for t in replay.draw(step, 0, 1)}
+    drawn = {t.id for step in range(1, 40) for t in replay.draw(step)}
     assert drawn - grpo_tasks and not drawn & validation
-    assert replay.draw(5, 1, 2) == Replay(tokenizer, pool, seed=0, rows=4, weight=1.0).draw(5, 0, 1)[1::2]
+    assert replay.draw(5) == Replay(tokenizer, pool, seed=0, rows=4, weight=1.0).draw(5)  # seeded
     rows = [encode(tokenizer, t) for t in unseen[:3]]
     width = max(len(i) for i, _ in rows)
     batch = torch.tensor([i + [0] * (width - len(i)) for i, _ in rows])
