@@ -210,8 +210,6 @@ def test_the_replay_runs_its_whole_step_in_the_first_pass_with_each_pass_term_un
     """Each accumulation pass's replay term stays the mean NLL of its share (rows k, k + parts, ...), but the step's
     first pass computes every share at once (so one catalog's rows share their prefix whichever pass owns them) and
     the later passes add 0: the value and the gradient are the sum of the per-pass terms computed alone."""
-    import torch
-
     from flywheel.tasks.training.replay import Replay, completion_nll, encode, padded
 
     model, tokenizer = policy
