@@ -238,7 +238,9 @@ FULL_PROFILE = {"n": 1200, "eval_limit": 200, "sft_steps": 232, "grpo_steps": 32
 # check less saves ~1 min of the hour; RESULTS.md, fifty-fifth session): from the full SFT all three seeds read a lower
 # bound above 0 where 12 steps never did (seed 0: 0.941 -> 0.956, +0.015 [+0.006, +0.025]; seed 1: 0.946 -> 0.969,
 # +0.023 [+0.013, +0.034]; seed 2: 0.948 -> 0.975, +0.027 [+0.016, +0.038]; 12 steps: +0.003 and +0.005), in 58-61
-# minutes on a 2-core Intel Xeon without AMX (RESULTS.md, "24 GRPO steps from full SFT").
+# minutes on a 2-core Intel Xeon without AMX (RESULTS.md, "24 GRPO steps from full SFT"), 67 on the slower AMD EPYC.
+# Since each update pass is one prompt's group (shared_prefix.shuffle_groups), 52-54 minutes on that AMD class with
+# the same gains (seed 0: +0.016 [+0.007, +0.026]; seed 2: +0.025 [+0.014, +0.036]; RESULTS.md, fifty-ninth session).
 FULL_TOOL_RECIPE = {"n": 2000, "heldout_fraction": 0.5, "eval_limit": 1000, "grpo_steps": 24, "grpo_prompts": 8,
                     "num_generations": 4, "curriculum_balance": True,
                     "grpo_learning_rate": 5e-5, "curriculum": "both", "curriculum_tasks": 400, "grpo_replay": 8.0,
@@ -267,8 +269,9 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     profile: Profile = Field(default="default", description="default: the loop in 13-32 "
-                             "minutes on 2 cores; full: about an hour with vLLM installed (58-61 minutes on a "
-                             "2-core Intel Xeon; an estimated 63-67 on the slower AMD EPYC class), at least 200 "
+                             "minutes on 2 cores; full: under an hour with vLLM installed (52-54 minutes on a "
+                             "2-core AMD EPYC, measured; the Intel Xeon class took 58-61 before GRPO's updates "
+                             "were cut by a third), at least 200 "
                              "held-out tasks per eval (tool_call: 1,000), more SFT and GRPO, and for tool_call "
                              "the GRPO recipe that beat SFT (README; options given still win).")
 
