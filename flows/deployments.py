@@ -1,4 +1,5 @@
-"""Entry flows for deploy/prefect.yaml: flat parameters, so a person can type them in the Prefect UI or run
+"""Entry flows for deploy/prefect.yaml: flat parameters, generated from the config models' fields (name, type,
+description), so a person can type them in the Prefect UI or run
 ``prefect deployment run 'generate-dataset/on-demand' --param seed=7 --param n=200``.
 
 Contract: each entry flow has the same name as the flow its CLI command runs (``generate-dataset``,
@@ -12,24 +13,19 @@ workers), so a rerun with unchanged parameters is served from the cache.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any, Optional
+
 from prefect import flow
 from prefect.runtime import flow_run
 from prefect.states import Failed
+from pydantic import BaseModel
 
-from flywheel.flows.config import (
-    Curriculum,
-    GenerateConfig,
-    LoraTargets,
-    ParameterError,
-    Profile,
-    ReplayFocus,
-    RunBackend,
-    from_parameters,
-)
+from flywheel.flows.config import GenerateConfig, ParameterError, RunConfig, from_parameters
 from flywheel.flows.generate import generate_dataset
-from flywheel.flows.pipeline import RunConfig, run_pipeline
+from flywheel.flows.pipeline import run_pipeline
 from flywheel.flows.results import GenerateResult, RunSummary
-from flywheel.tasks.training.rewards import RewardKind
 
 
 def scheduled_seed() -> int:
@@ -39,44 +35,49 @@ def scheduled_seed() -> int:
     return int(start.strftime("%Y%m%d"))
 
 
-@flow(name="generate-dataset", persist_result=True)
-def generate_entry(out: str, n: int = 300, seed: int | None = None, env: str = "tool_call", name: str | None = None,
-                   workers: int = 2, dask_address: str | None = None, backend: str = "sampler",
-                   model: str | None = None, base_url: str | None = None, heldout_fraction: float = 0.2,
-                   max_candidates: int | None = None, parents: list[str] | None = None) -> GenerateResult:
+def entry_flow(fn: Callable[..., Any], name: str, model: type[BaseModel], required: tuple[str, ...] = (),
+               **defaults: Any) -> Any:
+    """``fn`` (taking ``**params``) as the flow NAME whose parameters are generated from ``model``'s fields: each
+    field's name, type and description (the UI's form, read from the docstring's Args); a field the model requires (or
+    ``required``) stays required; every other defaults to None, "not given", so the model's default (or a profile's)
+    applies, as for an option not given to the CLI; ``defaults``: where a deployment run may leave out what the model
+    requires (a value taken from a model, never a literal)."""
+    params = []
+    for field, info in model.model_fields.items():
+        must = (info.is_required() or field in required) and field not in defaults
+        params.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[info.annotation],  # noqa: UP045  # ty: ignore[invalid-type-form]
+                                        default=inspect.Parameter.empty if must else defaults.get(field)))
+    setattr(fn, "__signature__", inspect.Signature(params))  # noqa: B010 (what inspect.signature reads)
+    fn.__doc__ = f"{fn.__doc__}\n\nArgs:\n" + "".join(
+        f"    {field}: {' '.join((info.description or field.replace('_', ' ')).split())}\n"
+        for field, info in model.model_fields.items())
+    return flow(name=name, persist_result=True)(fn)
+
+
+def given(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def generate_entry(**params: Any) -> GenerateResult:
+    """Every `flywheel generate` option; a scheduled run without a seed uses its date (``scheduled_seed``)."""
+    seed = params.pop("seed", None)
     try:
-        config = from_parameters(GenerateConfig, out=out, n=n, seed=scheduled_seed() if seed is None else seed,
-                                 env=env, name=name, workers=workers, dask_address=dask_address, backend=backend,
-                                 model=model, base_url=base_url, heldout_fraction=heldout_fraction,
-                                 max_candidates=max_candidates, parents=tuple(parents or ()))
+        config = from_parameters(GenerateConfig, **given(params), seed=scheduled_seed() if seed is None else seed)
     except ParameterError as exc:  # one line in the UI, no traceback; calling the flow raises it
-        return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
+        return Failed(message=str(exc), data=exc)  # ty: ignore[invalid-explicit-return]
     return generate_dataset.fn(config)
 
 
-@flow(name="flywheel-run", persist_result=True)
-def pipeline_entry(out: str, seed: int = 0, env: str = "tool_call", profile: Profile = "default",
-                   n: int | None = None, heldout_fraction: float | None = None, eval_limit: int | None = None,
-                   sft_steps: int | None = None,
-                   sft_batch_size: int | None = None, sft_learning_rate: float | None = None,
-                   grpo_steps: int | None = None, grpo_prompts: int | None = None,
-                   grpo_learning_rate: float | None = None, num_generations: int | None = None,
-                   max_tokens: int | None = None, lora_targets: LoraTargets | None = None,
-                   refill: int | None = None, grpo_reward: RewardKind | None = None,
-                   grpo_replay: float | None = None, grpo_replay_focus: ReplayFocus | None = None,
-                   grpo_replay_rows: int | None = None, check_interval: int | None = None,
-                   curriculum_samples: int | None = None, curriculum_tasks: int | None = None,
-                   curriculum: Curriculum | None = None, curriculum_balance: bool | None = None,
-                   validation_tasks: int | None = None, capability_tasks: int | None = None,
-                   capability_envs: list[str] | None = None,
-                   train_limit: int | None = None, gpu_pool: str | None = None, dask_address: str | None = None,
-                   prefix_cache: bool | None = None, eval_backend: RunBackend | None = None,
-                   grpo_rollout_backend: RunBackend | None = None) -> RunSummary:
-    """Every `flywheel run` option (a test holds them equal). None, as an option not given to `flywheel run`: the
-    value of the --profile preset or the env's ``run_defaults`` where they set one, else RunConfig's default."""
-    given = {k: v for k, v in locals().items() if v is not None}
+def pipeline_entry(**params: Any) -> RunSummary:
+    """Every `flywheel run` option. None, as an option not given to `flywheel run`: the value of the --profile preset
+    or the env's ``run_defaults`` where they set one, else RunConfig's default."""
     try:
-        config = from_parameters(RunConfig, **given)
+        config = from_parameters(RunConfig, **given(params))
     except ParameterError as exc:
-        return Failed(message=str(exc), data=exc)  # type: ignore[return-value]
+        return Failed(message=str(exc), data=exc)  # ty: ignore[invalid-explicit-return]
     return run_pipeline.fn(config)
+
+
+# --n: required on the CLI; a deployment run left without it makes `flywheel run`'s dataset size
+generate_entry = entry_flow(generate_entry, "generate-dataset", GenerateConfig, n=RunConfig.model_fields["n"].default)
+pipeline_entry = entry_flow(pipeline_entry, "flywheel-run", RunConfig, required=("out",))

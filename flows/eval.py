@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,8 @@ def _key(value: Any) -> str:
 
 
 Item = tuple[Task, str, int, int]  # task, tool label, sample, rollout seed
-# vLLM schedules the requests of one call itself: 200 prompts in one call ran 1.43x the rollouts/s of calls of 16
-# (bench/RESULTS.md, "`flywheel eval` rollouts/s: the old path against the new"); transformers batches inside its
-# backend
+# vLLM schedules the requests of one call itself: large calls run more rollouts/s than calls of one batch
+# (bench/results/throughput.md); transformers batches inside its backend
 VLLM_CALL_ROWS = 256
 
 
@@ -154,7 +154,7 @@ def _own_batch(path: Path, items: list[Item]) -> bool:
         [(task.id, sample, seed) for task, _, sample, seed in items]
 
 
-def pending_batches(paths: list[Path], batches: list[list[tuple[int, int, int]]], tasks: list[Task],
+def pending_batches(paths: list[Path], batches: Sequence[Sequence[tuple[int, int, int]]], tasks: list[Task],
                     tools: list[str], reuse: tuple[str, ...]) -> tuple[list[tuple[str, list[Item]]], dict[str, int]]:
     """The batches left to run: not finished in OUT/batches, nor found among the vouched-for rollouts of a
     ``reuse`` folder (the same batch key: the same rows); and how many were copied from each folder."""

@@ -48,7 +48,7 @@ from flywheel.flows.stages import (
     run_stage,
     validate_stage,
 )
-from flywheel.tasks.data.dedupe import NearDupParams
+from flywheel.tasks.data.dedupe import NearDupParams, Unit
 from flywheel.tasks.data.generate import reject_row
 from flywheel.tasks.data.publish import publish, read_manifest
 from flywheel.tasks.data.quality import QualityParams, failed_expectations, run_suite
@@ -76,12 +76,12 @@ def quality_stage(cache: str, path: str, envs: tuple[str, ...], tools: tuple[str
 
 @task(name="split-decontaminate", cache_policy=CACHE, persist_result=True)
 def split_stage(cache: str, path: str, heldout_fraction: float, split_seed: int, threshold: float,
-                ngram: int, unit: str) -> SplitResult:
+                ngram: int, unit: Unit) -> SplitResult:
     t0 = time.perf_counter()
     rows = split_table(read_rows(path), heldout_fraction, split_seed)
     train = [r for r in rows if r["split"] == "train"]
     held = [r for r in rows if r["split"] == "heldout"]
-    params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
+    params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)
     verdicts = contamination([r["prompt"] for r in train], [r["prompt"] for r in held], params)
     clean = [r for r, v in zip(held, verdicts) if v is None]
     rejects = [reject_row(r, "decontaminate", *v) for r, v in zip(held, verdicts) if v is not None]

@@ -17,26 +17,24 @@ Every trajectory lands in ``record_dir(config)``/trajectories.parquet with its b
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from flywheel.flows.ingest_config import IngestConfig, record_dir
 from flywheel.flows.results import IngestResult
 from flywheel.flows.runtime import REJECT_SCHEMA, code_version, link_artifacts, write_rows
 from flywheel.schemas import Task
 from flywheel.tasks.data.dedupe import NearDupParams, near_duplicates
 from flywheel.tasks.data.generate import task_row
-from flywheel.tasks.data.ingest import SUPPORTED_ENVS, read_trajectories, rescore
-from flywheel.tasks.data.publish import check_version, publish, read_manifest, read_split, verified_file
+from flywheel.tasks.data.ingest import read_trajectories, rescore
+from flywheel.tasks.data.publish import publish, read_manifest, read_split
 from flywheel.tasks.data.seeds import env_paths, load_tools
 from flywheel.tasks.data.split import contamination
 from flywheel.tasks.files import write_text_atomic
@@ -45,54 +43,6 @@ from flywheel.verifiers import get_verifier
 SCORED_SCHEMA = {"trajectory": pl.String, "env": pl.String, "bucket": pl.String, "reward": pl.Float64,
                  "detail": pl.String, "disagrees": pl.Boolean, "task": pl.String, "prompt": pl.String,
                  "kept": pl.String}
-
-
-class IngestConfig(BaseModel):
-    """Checked up front: the dataset is intact and of an env ingest supports, its manifest names the folder it lies in
-    and the env its rows hold, and the new version and the record can be written there, so an expected error is one
-    line before the flow starts (not a flow run's traceback, not after publishing). ``flywheel ingest`` also parses
-    the trajectories first."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    trajectories: str = Field(min_length=1, description="JSONL of OpenAI-format production trajectories")
-    dataset: str = Field(min_length=1, description="the published version the regression tasks extend")
-    threshold: float = Field(default=0.8, gt=0.0, le=1.0, description="MinHash Jaccard of a near duplicate")
-
-    @model_validator(mode="after")
-    def _check(self) -> IngestConfig:
-        src = Path(self.dataset)
-        if not (src / "manifest.json").is_file():
-            raise ValueError(f"--dataset {src} is not a published version folder (no manifest.json); pass "
-                             "OUT/NAME/VERSION as printed by `flywheel generate`")
-        manifest = check_version(src)  # files, the manifest against its folder (a manifest is not hashed: an edited
-        folder = src.resolve().parent  # name would publish elsewhere), every row against the manifest's env
-        if manifest.env not in SUPPORTED_ENVS:
-            raise ValueError(f"--dataset {src} is a {manifest.env} dataset; "
-                             f"ingest supports {', '.join(SUPPORTED_ENVS)}")
-        verified_file(src, "rejected.parquet", manifest)
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"--dataset {src}: cannot create files in {folder}, where the new version and the "
-                             "ingest record go (permission denied or read-only); copy the dataset somewhere writable")
-        if Path(self.trajectories).is_file():  # a missing file is read_trajectories' one-line error
-            record = record_dir(self)
-            if record.exists() and not record.is_dir():
-                raise ValueError(f"{record} is a file where this ingest's record folder goes; move it away")
-            for name in ("trajectories.parquet", "report.md"):
-                if (record / name).is_dir():
-                    raise ValueError(f"{record / name} is a folder where this ingest's record goes; move it away")
-        return self
-
-
-def record_dir(config: IngestConfig) -> Path:
-    """Where an ingest's record goes: beside the versions, named after its inputs (the input version, the
-    trajectories file's bytes and the threshold), so no other ingest writes there."""
-    src = Path(config.dataset).resolve()
-    h = hashlib.sha256(f"{config.threshold!r}\n".encode())
-    with Path(config.trajectories).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return src.parent / f"ingest-{src.name}-{h.hexdigest()[:12]}"
 
 
 def _new_rows(scored: list[dict[str, Any]], heldout: pl.DataFrame, train: pl.DataFrame,
@@ -106,7 +56,7 @@ def _new_rows(scored: list[dict[str, Any]], heldout: pl.DataFrame, train: pl.Dat
     near = near_duplicates([t.id for t in tasks], [t.prompt for t in tasks], params, list(heldout["id"]),
                            list(heldout["prompt"]))
     leak = contamination(list(train["prompt"]), [t.prompt for t in tasks], params)
-    start = int(max(heldout["k"].max() or 0, train["k"].max() or 0)) + 1
+    start = max(cast(int, heldout["k"].max() or 0), cast(int, train["k"].max() or 0)) + 1
     for r, t, keep, dup, bad in zip(fails, tasks, near.keep, near.duplicate_of, leak):
         if t.id in known:
             verdict[r["trajectory"]] = "duplicate: already in the dataset"

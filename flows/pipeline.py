@@ -15,30 +15,28 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import ObjectNotFound
 from pydantic import BaseModel
 
-from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig
+from flywheel.flows.config import EvalConfig, GenerateConfig, RunConfig, stage_options
+from flywheel.flows.curriculum import curriculum, validation_size
 from flywheel.flows.eval import eval_policy
 from flywheel.flows.generate import run_generate
 from flywheel.flows.promote import promote_model, promote_result
 from flywheel.flows.results import EvalSummary, PromoteResult, Result, RunSummary, StageSummary, TrainResult
+from flywheel.flows.run_claim import CLAIM, check_run_claim
 from flywheel.flows.runtime import link_artifacts
 from flywheel.flows.train import train_policy
-from flywheel.tasks.files import changed_options, check_destination, read_claim, write_text_atomic
+from flywheel.tasks.files import check_destination, write_text_atomic
 from flywheel.tasks.release.gate import Delta, GateConfig, pick_stage
 from flywheel.tasks.training.train import TrainConfig
 
-__all__ = ["RunConfig", "check_run_claim", "downstream", "run_pipeline", "table"]  # RunConfig lives in flows/config.py
+__all__ = ["CLAIM", "RunConfig", "check_run_claim", "downstream", "run_pipeline", "table"]
 TRAIN_DEPLOYMENT, PROMOTE_DEPLOYMENT = "train-policy/gpu", "promote/gate"
-CLAIM = "run_config.json"  # the options OUT's run was started with (check_run_claim)
-# where the work runs, not what it makes (and OUT itself, however it is spelled)
-UNCLAIMED = frozenset({"out", "workers", "dask_address", "gpu_pool"})
-
 ROWS = (("success_rate", "success"), ("valid_output_rate", "valid output"), ("correct_tool_rate", "right tool"),
         ("correct_args_rate", "right args"), ("unsafe_action_rate", "unsafe"), ("mean_reward", "mean reward"),
         ("latency_p95_s", "p95 latency s"))
@@ -61,96 +59,20 @@ def _eval_of(stage: TrainResult) -> EvalSummary:
     return EvalSummary(report=str(Path(stage.eval or "") / "report.json"), metrics=stage.metrics)
 
 
-def _curriculum(config: RunConfig, dataset: str, model: str | None) -> tuple[str | None, int | None, str]:
-    """Before GRPO: K samples of each of the first N train tasks with the policy GRPO starts from; GRPO trains on
-    the tasks with mixed outcomes only (the others give groups of equal rewards); ``--curriculum failures``: one
-    greedy answer to each, and GRPO trains on the tasks it gets wrong; ``both``: on the tasks either picks. Returns
-    the per_task.parquet to skip by, the train limit that covers exactly the sampled tasks, and what happened."""
-    from flywheel.tasks.data.publish import read_manifest
-    from flywheel.tasks.training.train import union_marks
-
-    trainable = read_manifest(Path(dataset)).counts.get("train", 0) - validation_size(config, dataset)
-    limit = max(1, min(config.curriculum_tasks, config.train_limit or config.curriculum_tasks, trainable))
-    if not config.curriculum_samples:  # (never into the validation slice, the last train tasks by id)
-        return None, config.train_limit, "curriculum off"
-    out = Path(config.out) / "curriculum"
-    greedy = _curriculum_eval(config, dataset, model, limit, out, True) if config.curriculum != "mixed" else None
-    sampled = (_curriculum_eval(config, dataset, model, limit, out.with_name("curriculum-sampled") if greedy else out,
-                                False) if config.curriculum != "failures" else None)
-    parts = [f"{_marks(greedy).get('never', 0)} of {limit} train tasks answered wrong by greedy decoding"] if greedy \
-        else []
-    if sampled:
-        c = _marks(sampled)
-        parts.append(f"{c.get('mixed', 0)} of {limit} train tasks mixed ({c.get('always', 0)} always, "
-                     f"{c.get('never', 0)} never solved in {config.curriculum_samples} samples)")
-    per_task = str(union_marks(greedy, sampled, out / "failures_and_mixed.parquet")) if greedy and sampled \
-        else greedy or sampled
-    marks = _marks(per_task)  # type: ignore[arg-type]
-    kept = marks.get("mixed", 0) + (marks.get("never", 0) if config.curriculum != "mixed" else 0)
-    what = "; ".join(parts)
-    if not kept:
-        return None, config.train_limit, f"{what}: GRPO trains on every train task"
-    on = {"mixed": "the mixed ones", "failures": "those", "both": f"the {kept} in either"}[config.curriculum]
-    if config.curriculum_balance:
-        per_task, dropped = _balance(config, dataset, per_task)  # type: ignore[arg-type]
-        on += f", {kept - dropped} of them balanced by decision ({dropped} left out)"
-    return per_task, limit, f"{what}: GRPO trains on {on}"
-
-
-def _balance(config: RunConfig, dataset: str, per_task: str) -> tuple[str, int]:
-    """--curriculum-balance: the picks cut to each tool's rarest side of a decision (``balance_marks``)."""
-    import polars as pl
-
-    from flywheel.schemas.records import Task
-    from flywheel.tasks.data.publish import read_split
-    from flywheel.tasks.training.train import balance_marks
-
-    ids = pl.read_parquet(per_task, columns=["task_id"])["task_id"].implode()
-    rows = read_split(Path(dataset), "train", ["id", "task"]).filter(pl.col("id").is_in(ids))
-    tasks = [Task.model_validate_json(t) for t in rows["task"]]
-    path, dropped = balance_marks(per_task, tasks, "failures" if config.curriculum != "mixed" else "mixed",
-                                  Path(config.out) / "curriculum" / "balanced.parquet")
-    return str(path), dropped
-
-
-def _curriculum_eval(config: RunConfig, dataset: str, model: str | None, limit: int, out: Path, greedy: bool) -> str:
-    """One greedy answer per task, or --curriculum-samples at temperature 1; the eval's per_task.parquet."""
-    ev = eval_policy(EvalConfig(dataset=dataset, split="train", out=str(out), model=model,
-                                samples=1 if greedy else config.curriculum_samples,
-                                temperature=0.0 if greedy else 1.0, limit=limit, seed=config.seed,
-                                max_tokens=config.max_tokens, prefix_cache=config.prefix_cache,
-                                backend=config.eval_backend))
-    return str(Path(ev.report).parent / "per_task.parquet")
-
-
-def _marks(per_task: str) -> dict[str, int]:
-    import polars as pl
-
-    return dict(pl.read_parquet(per_task, columns=["mark"])["mark"].value_counts().rows())
-
-
 def _train(config: RunConfig, dataset: str, method: str, model: str | None, evaluation: EvalConfig,
            parent: str | None, skip: tuple[str | None, int | None] = (None, None)) -> TrainResult:
-    out = Path(config.out)
-    sft, validation = method == "sft", validation_size(config, dataset)
-    checks = config.check_interval or max(1, config.grpo_steps // 2)  # GRPO's steps between validation checks
-    train = TrainConfig(dataset=dataset, out=str(out / method), method=method, model=model, skip_tasks=skip[0],
-                        limit=skip[1] if skip[0] else config.train_limit,
-                        max_steps=config.sft_steps if sft else config.grpo_steps,
-                        batch_size=config.sft_batch_size if sft else config.num_generations * config.grpo_prompts,
-                        micro_batch=None if sft else config.num_generations,  # one group per pass: bounded memory
-                        learning_rate=config.sft_learning_rate if sft else config.grpo_learning_rate,
-                        num_generations=config.num_generations, loss_type=config.loss_type, refill=config.refill,
-                        reward=config.grpo_reward, replay_weight=0.0 if sft else config.grpo_replay,
-                        replay_focus="all" if sft else config.grpo_replay_focus,
-                        replay_rows=config.grpo_replay_rows,
-                        max_completion_length=config.max_tokens, eval_limit=config.eval_limit,
-                        eval_interval=0 if sft or not validation else checks,
-                        validation=validation,  # SFT never trains on the slice either
-                        save_steps=max(1, (config.sft_steps if sft else config.grpo_steps) // 2), seed=config.seed,
-                        prefix_cache=config.prefix_cache, lora_targets=config.lora_targets,
-                        rollout_backend="transformers" if sft else config.rollout_backend(),
-                        train_on="failures" if not sft and config.curriculum != "mixed" else "mixed")  # SFT: none
+    out, sft = Path(config.out), method == "sft"
+    validation = validation_size(config, dataset)
+    steps = config.sft_steps if sft else config.grpo_steps
+    train = TrainConfig.model_validate(stage_options(config, method) | dict(
+        dataset=dataset, out=str(out / method), method=method, model=model, skip_tasks=skip[0],
+        train_limit=skip[1] if skip[0] else config.train_limit,
+        batch_size=config.sft_batch_size if sft else config.num_generations * config.grpo_prompts,
+        micro_batch=None if sft else config.num_generations,  # one group per pass: bounded memory
+        check_interval=0 if sft or not validation else config.check_interval or max(1, steps // 2),
+        validation_tasks=validation,  # SFT never trains on the slice either
+        save_steps=max(1, steps // 2), rollout_backend="transformers" if sft else config.rollout_backend(),
+        train_on="failures" if not sft and config.curriculum != "mixed" else "mixed"))  # SFT: no curriculum
     if config.gpu_pool:
         return downstream(TRAIN_DEPLOYMENT, config.gpu_pool, {"config": train, "evaluation": evaluation,
                                                               "registry": str(out / "registry"), "parent": parent},
@@ -167,13 +89,6 @@ def _pick(config: RunConfig, stages: dict[str, TrainResult]) -> tuple[str, Delta
     _, sft, _, grpo = load_evals(stages["sft"].eval or "", stages["grpo"].eval or "")
     _, base, _, _ = load_evals(str(Path(config.out) / "eval-baseline"), stages["sft"].eval or "")
     return pick_stage(base, sft, grpo, GateConfig(seed=config.seed))
-
-
-def validation_size(config: RunConfig, dataset: str) -> int:
-    """--validation-tasks, at most a quarter of the train split (a small dataset keeps most of its tasks to train)."""
-    from flywheel.tasks.data.publish import read_manifest
-
-    return min(config.validation_tasks, read_manifest(Path(dataset)).counts.get("train", 0) // 4)
 
 
 def _checkpoint(config: RunConfig, grpo: TrainResult, dataset: str) -> str:
@@ -244,6 +159,7 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
     """Run deployment NAME (on work pool POOL when given), wait for it and return its result (as ``result``, a
     typed flow result, when given: a worker's result may come back as the model or as its fields)."""
     from prefect import get_client
+    from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
 
     with get_client(sync_client=True) as client:
@@ -255,7 +171,7 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
     if pool is not None and deployment.work_pool_name != pool:
         raise RuntimeError(f"deployment {name} runs on work pool {deployment.work_pool_name!r}, not {pool!r}")
     params = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in parameters.items()}
-    run = run_deployment(name, parameters=params, timeout=None)
+    run = cast(FlowRun, run_deployment(name, parameters=params, timeout=None))  # sync: a FlowRun, not a coroutine
     if run.state is not None and run.state.is_failed() and result is PromoteResult:
         value = run.state.result(raise_on_failure=False)  # a rejected gate: Failed, its summary as data
         if not isinstance(value, BaseException) and value is not None:
@@ -268,9 +184,8 @@ def downstream(name: str, pool: str | None, parameters: dict[str, Any], result: 
 
 
 def speed_warning(config: RunConfig) -> str | None:
-    """The full profile's hour on 2 cores (58 minutes on an Intel Xeon class) was measured with vLLM (evals,
-    curricula and GRPO's rollouts on ``auto``); without it the run still works, at about three times the cost: said
-    up front, not after an hour."""
+    """The full profile's hour on 2 cores assumes vLLM (evals, curricula and GRPO's rollouts on ``auto``); without it
+    the run still works, at about three times the cost: said up front, not after an hour."""
     from flywheel.tasks.inference.policy import vllm_available
 
     if config.profile != "full" or vllm_available():
@@ -288,40 +203,6 @@ def gate_line(pick: str, gate: PromoteResult) -> str:
     line = (f"Gate ({pick} vs baseline): {'PASSED' if gate.passed else 'REJECTED'}, success {gate.success_delta:+.3f} "
             f"[{gate.success_ci[0]:+.3f}, {gate.success_ci[1]:+.3f}]; production -> {moved}; report {gate.report}\n")
     return line + "".join(f"- failed: {f}\n" for f in gate.failures)
-
-
-def _recorded(old: dict[str, Any], key: str) -> str:
-    """An option's recorded value for a message; one the run did not record (it predates the option) ran as the
-    option's default, which is what to pass (review probe: "(not recorded)" named no value to rerun with)."""
-    if key in old:
-        return json.dumps(old[key])
-    field = RunConfig.model_fields.get(key)
-    known = field is not None and not field.is_required()
-    return f"not recorded (its default {json.dumps(field.default)})" if known else "not recorded"
-
-
-def check_run_claim(config: RunConfig) -> None:
-    """OUT belongs to one set of options: a rerun into it reuses its stages (the dataset, evals, adapters, each
-    checked by its own stage), so another option would fail only at the stage it changes, after the cached ones ran.
-    Run by the CLI before the flow and by ``run_pipeline`` before any stage. Where the work runs (``UNCLAIMED``) may
-    change; an option added since the run was recorded reads as its default. The record is OUT/run_config.json, or
-    for a run made before it was written, the config its summary.json holds. ValueError naming each changed option."""
-    out, what = Path(config.out), "a flywheel run's record"
-    saved, old = out / CLAIM, read_claim(out / CLAIM, what)
-    if old is None:
-        saved, summary = out / "summary.json", read_claim(out / "summary.json", what)
-        old = summary and summary.get("config")
-        if summary is not None and not isinstance(old, dict):
-            raise ValueError(f"{saved} is not {what} (no config object): pass a new --out")
-    if old is None:
-        return
-    mine = config.model_dump(mode="json")
-    changed = changed_options(old, config, UNCLAIMED)
-    if changed:
-        differences = ", ".join(f"--{k.replace('_', '-')} {_recorded(old, k)} there, "
-                                f"{json.dumps(mine.get(k, '(not an option)'))} now" for k in changed)
-        raise ValueError(f"{out} holds a flywheel run with other options ({differences}; recorded in "
-                         f"{saved.name}): rerun with its values to resume it, or pass a new --out")
 
 
 @flow(name="flywheel-run")
@@ -352,7 +233,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
         stages["sft"] = _train(config, dataset, "sft", None, evaluation, None)
         evals["after SFT"] = _eval_of(stages["sft"])
         model, parent = stages["sft"].adapter, stages["sft"].version
-    skip, limit, curriculum = _curriculum(config, dataset, model)
+    skip, limit, picked = curriculum(config, dataset, model)
     # GRPO's kept start adapter is SFT's weights saved again: its eval copies SFT's batches instead of running
     reuse = evaluation.model_copy(update={"reuse": tuple(s.eval for s in stages.values() if s.eval)})
     stages["grpo"] = _train(config, dataset, "grpo", model, reuse, parent, (skip, limit))
@@ -366,7 +247,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
     text = (f"# flywheel run ({config.env}, seed {config.seed}, {wall:.0f} s)\n\nDataset {dataset}; every eval: "
             f"the first {n_eval} held-out tasks, same seeds, temperature {config.temperature}; 95% "
             f"bootstrap intervals over tasks. {cap_line}\n\n{table(evals)}\n"
-            f"Curriculum: {curriculum}.\n\n{_checkpoint(config, stages['grpo'], dataset)}\n\nCandidate: {why}.\n\n"
+            f"Curriculum: {picked}.\n\n{_checkpoint(config, stages['grpo'], dataset)}\n\nCandidate: {why}.\n\n"
             f"General capability (held-out success on envs not trained on, base -> candidate): {others}.\n\n"
             f"{gate_line(pick, gate)}")
     summary = RunSummary(dataset=dataset, evals=evals, stages={k: StageSummary(adapter=v.adapter, version=v.version,
@@ -375,7 +256,7 @@ def run_pipeline(config: RunConfig) -> RunSummary:
                                                                                flags=v.flags)
                                                                for k, v in stages.items()},
                          gate=gate, promoted_stage=pick, pick_reason=why, grpo_vs_sft=grpo_vs_sft, over_cap=over,
-                         curriculum=curriculum, registry=str(out / "registry"), wall_s=wall, config=config)
+                         curriculum=picked, registry=str(out / "registry"), wall_s=wall, config=config)
     write_text_atomic(out / "summary.md", text)
     write_text_atomic(out / "summary.json", json.dumps(summary.model_dump(), indent=2, default=str) + "\n")
     create_markdown_artifact(key="flywheel-run", markdown=text, description="end-to-end run: before/after")

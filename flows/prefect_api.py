@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 
 import httpx
@@ -98,7 +98,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def temporary_api(limit_s: float = START_LIMIT_S) -> Iterator[str | None]:
+def temporary_api(limit_s: float = START_LIMIT_S) -> Generator[str | None, None, None]:
     """Yield the API URL in use: the configured server's (None) or a temporary one's, stopped on exit."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

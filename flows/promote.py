@@ -47,8 +47,8 @@ ROLLOUT_COLUMNS = (*KEY, "tool", "success", "valid", "reward", "valid_output", "
                    "completion_tokens", "steps")  # what the gate reads and the checks below
 # sampling settings that change the rollouts, compared always. batch_size too: it is the rows decoded together
 # (transformers: one left-padded generate call; vLLM: the batches grouped into one call), and other batch shapes
-# round other ways: greedy texts part on near-ties (bench/RESULTS.md: 37 of 48 greedy vLLM texts the same across batch
-# shapes); nothing shows it output-neutral, so two evals of other batch sizes are not like for like
+# round other ways: greedy texts part on near-ties across batch shapes (bench/results/throughput.md); nothing shows it
+# output-neutral, so two evals of other batch sizes are not like for like
 SAME_RUN = ("temperature", "top_p", "max_tokens", "max_steps", "batch_size")
 ABSENT = object()  # a setting a report does not record (written by an older `flywheel eval`)
 REFRESH = "run `flywheel eval` again"
@@ -115,8 +115,8 @@ def _load_eval(folder: Path, flag: str, kept: bool = False) -> tuple[EvalReport,
 def _prefix_cache_matters(report: EvalReport) -> bool:
     """Whether --prefix-cache can change a rollout of this eval. Only the transformers backend reads it (vLLM caches
     prefixes itself, a served model is not ours to set). There, greedy texts of single-turn envs are byte-identical
-    with and without it (tests/tasks/inference/test_prefix_cache.py: test_greedy_texts_are_byte_identical_...; the
-    200 held-out texts of bench/RESULTS.md), so a greedy single-turn eval does not count it; sampled texts and
+    with and without it (tests/tasks/inference/test_prefix_cache.py: test_greedy_texts_are_byte_identical_...;
+    bench/results/throughput.md), so a greedy single-turn eval does not count it; sampled texts and
     multi-turn episodes (an agent's cache kept from turn to turn) are not shown the same: there it counts, as it does
     when the dataset's env is not known."""
     if report.model["backend"] != "transformers":
@@ -141,8 +141,7 @@ def _same_run(base: EvalReport, cand: EvalReport) -> None:
                         "evaluate both with --split heldout")
     same = "evaluate both with the same settings"
     # the backend first: the others' relevance depends on it. Other backends are other kernels, dtypes and random
-    # streams: the same seeds give other texts (bench/RESULTS.md: 62 of 200 greedy texts the same on vLLM and
-    # transformers)
+    # streams: the same seeds give other texts, greedy ones included (bench/results/throughput.md)
     fields = {"backend": (base.model["backend"], cand.model["backend"], "evaluate both with the same --backend"),
               "success_threshold": (base.success_threshold, cand.success_threshold, same),
               "verifiers": (base.verifiers, cand.verifiers, same),

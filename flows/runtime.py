@@ -18,7 +18,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ def _progress_artifact(stage: str, done: int, total: int) -> None:
     from prefect.context import FlowRunContext
 
     ctx = FlowRunContext.get()
-    if ctx is None or total <= 0:
+    if ctx is None or ctx.flow_run is None or total <= 0:
         return
     key = (str(ctx.flow_run.id), stage)
     pct = round(100.0 * min(done, total) / total, 1)
@@ -77,7 +77,7 @@ def _progress_artifact(stage: str, done: int, total: int) -> None:
 
 
 @contextmanager
-def dask_client(workers: int, address: str | None) -> Iterator[Any]:
+def dask_client(workers: int, address: str | None) -> Generator[Any, None, None]:
     """A Dask client for the flow's CPU stages: a scheduler address, or a LocalCluster."""
     global _client
     from distributed import Client, LocalCluster
@@ -111,7 +111,7 @@ def dask_client(workers: int, address: str | None) -> Iterator[Any]:
 
 
 @contextmanager
-def _quiet(name: str, level: int) -> Iterator[None]:
+def _quiet(name: str, level: int) -> Generator[None, None, None]:
     logger = logging.getLogger(name)
     old = logger.level
     logger.setLevel(max(old, level))
@@ -125,7 +125,7 @@ def _restore(environ: dict[str, str]) -> None:
     """Put back this process's environment. Dask's nanny sets its workers' variables (OMP_NUM_THREADS=1,
     MKL_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, PYTHONHASHSEED, ...) in the parent's os.environ before spawning them
     (dask/distributed#6681), so every process started after the dataset flow (the vLLM worker, a torch imported
-    later) ran on one thread: vLLM evals in `flywheel run` were 1.8x slower than standalone (bench/RESULTS.md)."""
+    later) ran on one thread, and vLLM evals in `flywheel run` ran slower than standalone."""
     for key in set(os.environ) - set(environ):
         del os.environ[key]
     os.environ.update(environ)
@@ -185,7 +185,7 @@ def write_rows(rows: list[dict[str, Any]] | pl.DataFrame, path: Path, schema: di
 
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(rows, pl.DataFrame):
-        df = rows.select(list(schema)).cast(schema)
+        df = rows.select(list(schema)).cast(pl.Schema(schema))
     else:
         df = pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
     with open_output(path) as f:  # a unique temp file, removed if the write fails

@@ -32,7 +32,7 @@ from flywheel.flows.runtime import (
     stage_path,
     write_rows,
 )
-from flywheel.tasks.data.dedupe import NearDupParams, exact_dedupe, near_duplicates, sketch
+from flywheel.tasks.data.dedupe import NearDupParams, Unit, exact_dedupe, near_duplicates, sketch
 from flywheel.tasks.data.generate import generate_candidates, reject_row
 from flywheel.tasks.data.paraphrase import make_paraphraser
 from flywheel.tasks.data.publish import read_split
@@ -163,11 +163,11 @@ def reference_texts(seeds_dir: str, env: str, prior: str | None,
 
 @task(name="near-dedupe", cache_policy=CACHE, persist_result=True)
 def neardup_stage(cache: str, path: str, prior: str | None, parents: tuple[str, ...], parent_hashes: tuple[str, ...],
-                  seeds_dir: str, env: str, threshold: float, ngram: int, unit: str,
+                  seeds_dir: str, env: str, threshold: float, ngram: int, unit: Unit,
                   partition_size: int) -> StageResult:
     """``parent_hashes``: the parents' content hashes, so the cached result is keyed by what they hold."""
     t0 = time.perf_counter()
-    params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
+    params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)
     rows = read_rows(path)
     ref_ids, ref_texts = reference_texts(seeds_dir, env, prior, parents)
     texts = [r["prompt"] for r in rows] + ref_texts

@@ -42,7 +42,7 @@ def train_adapter(config: TrainConfig) -> TrainRun:
 
     def notify(row: dict[str, Any]) -> None:
         logger.info("step %s: %s", row["step"], {k: row[k] for k in COLUMNS[1:] if k in row})
-        progress(f"train-{config.method}", row["step"], config.max_steps)
+        progress(f"train-{config.method}", row["step"], config.steps)
 
     # the global concurrency limit "gpu" (deploy/start.sh creates it, 1 slot per GPU) queues a second training;
     # without that limit (embedded runs) this does nothing

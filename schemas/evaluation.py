@@ -42,11 +42,11 @@ class FailureBucket(Record):
 
 class Thresholds(Record):
     sft_below_valid: float = Field(default=0.5, ge=0.0, le=1.0,
-                                   description="valid-output rate below this: SFT first")
-    rl_min_pass_at_k: float = Field(default=0.02, ge=0.0, le=1.0,
-                                    description="pass@k below this (format fine, never succeeds): SFT first")
+                                   description="Decision: valid-output rate below this: SFT first.")
+    rl_min_pass_at_k: float = Field(default=0.02, ge=0.0, le=1.0, description="Decision: pass@k below this (the "
+                                    "format is fine, tasks are never solved): SFT first.")
     done_at_pass_at_1: float = Field(default=0.9, ge=0.0, le=1.0,
-                                     description="pass@1 at or above this: already good enough")
+                                     description="Decision: pass@1 at or above this: done (already good enough).")
 
 
 class Decision(Record):

@@ -43,8 +43,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise ValueError(f"not JSON: duplicate key {json.dumps(key)[:80]} in one object; keep one of them")
+        for key, _ in pairs:  # the first key seen twice
+            if key in seen:
+                raise ValueError(f"not JSON: duplicate key {json.dumps(key)[:80]} in one object; keep one of them")
+            seen.add(key)
     return obj
 
 

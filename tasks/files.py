@@ -1,26 +1,10 @@
 """The one file writer: readers never see half a file, and whatever the target names is never damaged.
 
-Contract of :func:`open_output` (and :func:`write_text_atomic` / :func:`write_bytes_atomic` built on it), by what
-the target is:
-
-- a new path or an existing regular file: the data goes to a unique temp file in the same folder
-  (``tempfile.mkstemp``), is fsynced, then renamed over the target, so readers see the old file or the new one
-  whole. An existing file keeps its mode, less setuid/setgid (as the kernel drops them on a write), and its owner
-  where allowed; a new one gets ``0o666 & ~umask``.
-  Consequences of renaming, chosen over writing in place (which would expose half a file and, on a failure,
-  damage every name): a hard-linked file is split, like editors and other rename-based writers do: the named
-  path gets the new data, the other names keep the old file untouched. And the folder must let this user create
-  and rename files: a file this user may write inside a read-only folder, or another user's file in a sticky
-  folder such as /tmp, is refused ("permission denied"), never written half-way in place.
-- a symlink: its resolved target is written the same way; the link stays a link. A link that leads to a file with
-  no path of its own (``/proc/self/fd/N`` or ``/dev/stdout`` of a deleted file, or one only reachable through
-  another process's /proc) is refused: resolving it would create a new file named after it (``x (deleted)``).
-- an existing non-regular file (character or block device, FIFO, socket): written through in place, never
-  replaced or removed (``/dev/null`` works; ``/dev/full`` is a "no space" error; a FIFO needs a reader).
-- a directory: an error.
-
-Any failure (an exception, KeyboardInterrupt included) removes the temp file, and the target stays as it was.
-Errors are :class:`OutputError`, one line that names the path and what to do.
+``open_output`` (and ``write_text_atomic`` / ``write_bytes_atomic`` built on it) writes a regular file through a
+temp file in the same folder, fsynced and renamed over the target; a symlink's target the same way (the link stays);
+a device, FIFO or socket in place, never replaced. Any failure removes the temp file and leaves the target as it
+was. Errors are :class:`OutputError`, one line that names the path and what to do. The same module holds the
+checks on where outputs may go (``check_destination``) and the bounded reader ``read_regular``.
 """
 
 from __future__ import annotations
@@ -32,7 +16,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -66,7 +50,7 @@ def _describe(path: Path, exc: OSError) -> OutputError:
 
 
 @contextlib.contextmanager
-def _write_through(path: Path) -> Iterator[BinaryIO]:
+def _write_through(path: Path) -> Generator[BinaryIO, None, None]:
     """Write into an existing device, FIFO or socket in place: no temp file, no rename, no O_CREAT."""
     # O_NONBLOCK: a FIFO without a reader is ENXIO at once instead of a hang; blocking writes afterwards
     fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -77,7 +61,7 @@ def _write_through(path: Path) -> Iterator[BinaryIO]:
 
 
 @contextlib.contextmanager
-def _replace(target: Path) -> Iterator[BinaryIO]:
+def _replace(target: Path) -> Generator[BinaryIO, None, None]:
     """A unique temp file beside ``target``, fsynced and renamed over it; removed on any failure."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -113,8 +97,23 @@ def _same_file(path: Path, st: os.stat_result) -> bool:
 
 
 @contextlib.contextmanager
-def open_output(path: Path | str) -> Iterator[BinaryIO]:
-    """A binary file to write ``path`` through, per the module contract; OSErrors become one-line OutputErrors."""
+def open_output(path: Path | str) -> Generator[BinaryIO, None, None]:
+    """A binary file to write ``path`` through; OSErrors become one-line OutputErrors. By what the target is:
+
+    - a new path or an existing regular file: the data goes to a unique temp file in the same folder
+      (``tempfile.mkstemp``), is fsynced, then renamed over the target, so readers see the old file or the new one
+      whole. An existing file keeps its mode, less setuid/setgid (as the kernel drops them on a write), and its owner
+      where allowed; a new one gets ``0o666 & ~umask``. Renaming, chosen over writing in place (which would expose
+      half a file and, on a failure, damage every name), splits a hard-linked file (the named path gets the new
+      data, the other names keep the old file), and needs a folder that lets this user create and rename files: a
+      file this user may write inside a read-only folder, or another user's file in a sticky folder such as /tmp, is
+      refused ("permission denied"), never written half-way in place.
+    - a symlink: its resolved target is written the same way; the link stays a link. A link that leads to a file with
+      no path of its own (``/proc/self/fd/N`` or ``/dev/stdout`` of a deleted file) is refused: resolving it would
+      create a new file named after it (``x (deleted)``).
+    - an existing non-regular file (character or block device, FIFO, socket): written through in place, never
+      replaced or removed (``/dev/null`` works; ``/dev/full`` is a "no space" error; a FIFO needs a reader).
+    - a directory: an error."""
     path = Path(path)
     try:
         try:

@@ -1,4 +1,4 @@
-"""Shared fixtures (one Prefect test harness per session: it costs ~9 s to start) and helpers for hostile tests."""
+"""Shared fixtures (one Prefect test harness per session: it costs ~9 s to start) and helpers the tests import."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import gc
 import os
 
 # FLYWHEEL_VLLM_COMPILE=eager: the vLLM tests check what the backend generates, not the compiler (a first compiled
-# start costs a minute more in CI; compiled vs eager is measured in bench/vllm_startup.py); FLYWHEEL_VLLM_MEMORY=0.1:
-# 2.4 GB of RAM reserved is plenty for the embedded model, and the other xdist worker's test needs the rest
+# start costs a minute more in CI; compiled vs eager is measured in bench/scripts/vllm_startup.py);
+# FLYWHEEL_VLLM_MEMORY=0.1: 2.4 GB of RAM reserved is plenty for the embedded model, and the other xdist worker's
+# test needs the rest
 for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
                      "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false",
                      "FLYWHEEL_VLLM_COMPILE": "eager", "FLYWHEEL_VLLM_MEMORY": "0.1"}.items():
@@ -17,6 +18,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # three workers share 2 cores: one to
     for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # and servers they start (4 threads on 2 cores spin 3x slower)
         os.environ.setdefault(_key, "1")
 
+import json  # noqa: E402
 import re  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -25,26 +27,30 @@ import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
+from functools import cache  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
 import pytest  # noqa: E402
 
-from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools  # noqa: E402
-from flywheel.verifiers.procs import descendants  # noqa: E402  (re-exported: hostile tests import it from here)
+from flywheel.schemas import Task  # noqa: E402
+from flywheel.tasks.data.seeds import env_paths, load_seeds, load_tools, seed_task  # noqa: E402
+from flywheel.verifiers.procs import descendants  # noqa: E402  (re-exported: tests import it from here)
 from flywheel.verifiers.sandbox import NOBODY  # noqa: E402
 
-# The slowest files first (per-file totals of a full run, 2026-12-01): the xdist workers (pyproject's addopts,
-# --dist loadfile, files in this order) take them early and finish together instead of one running a long file alone
-# at the end (a long file left out of this list ran its minutes alone after the other workers had finished).
+# The slowest files first (per-file totals of a full run, then of the unit tier): the xdist workers (pyproject's
+# addopts, --dist loadfile, files in this order) take them early and finish together instead of one running a long
+# file alone at the end (a long file left out of this list ran its minutes alone after the other workers had finished).
 SLOWEST_FIRST = ["flows/test_eval.py", "flows/test_operations.py", "tasks/training/test_train.py",
                  "tasks/training/test_vllm_rollout.py", "flows/test_pipeline.py", "tasks/inference/test_backends.py",
                  "flows/test_flow.py", "tasks/inference/test_prefix_cache.py", "test_packaging.py",
-                 "tasks/training/test_episodes.py", "hostile/test_hostile_registry.py",
-                 "tasks/release/test_registry.py", "hostile/test_hostile_first_run.py",
-                 "tasks/inference/test_policy.py", "hostile/test_hostile_dataset.py", "tasks/training/test_margins.py",
-                 "tasks/training/test_shared_prefix.py"]
+                 "tasks/training/test_episodes.py", "tasks/release/test_registry_races.py",
+                 "tasks/release/test_registry.py", "flows/test_prefect_api.py",
+                 "tasks/inference/test_policy.py", "tasks/data/test_publish.py", "tasks/training/test_margins.py",
+                 "tasks/training/test_shared_prefix.py", "schemas/test_schemas_seeds.py", "verifiers/test_bounds.py",
+                 "verifiers/envs/sql/test_sql_hacks.py", "verifiers/envs/cli/test_cli_safety.py",
+                 "verifiers/test_references.py", "verifiers/test_envs.py", "verifiers/test_regex.py"]
 
 
 def _rank(item: pytest.Item) -> int:
@@ -52,10 +58,27 @@ def _rank(item: pytest.Item) -> int:
     return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
 
 
+# The unit tier (`pytest -m unit`): every test that has none of these marks and asks for none of these fixtures, so a
+# plain new test lands in it. A test that loads a model or starts a Prefect API, a server or flywheel processes
+# without one of these fixtures is marked ``integration``; `_unit_guard` fails a unit test that starts the CLI or a
+# Prefect API as a process, naming the mark to add.
+NOT_UNIT_MARKS = ("slow", "server", "gpu", "vllm", "integration")
+NOT_UNIT_FIXTURES = {"prefect_api", "tool_dataset", "workplace_dataset", "model_server"}
+
+
+def _is_unit(item: pytest.Item) -> bool:
+    return (not any(item.get_closest_marker(name) for name in NOT_UNIT_MARKS)
+            and not NOT_UNIT_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the unit mark must be on the items by then
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked ``gpu`` run where CUDA is present and are skipped, with the reason, everywhere else; the slowest
-    files are collected first (a stable sort: the order inside each file stays as written)."""
+    files are collected first (a stable sort: the order inside each file stays as written); unit tests get ``unit``."""
     items.sort(key=_rank)
+    for item in items:
+        if _is_unit(item):
+            item.add_marker(pytest.mark.unit)
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return
@@ -64,6 +87,30 @@ def pytest_collection_modifyitems(config, items) -> None:
     if not torch.cuda.is_available():
         for item in gpu:
             item.add_marker(pytest.mark.skip(reason="needs CUDA (no GPU on this machine)"))
+
+
+def _starts_cli_or_api(args: Any) -> bool:
+    """Whether a process started with ``args`` is the flywheel CLI or a uvicorn server (the temporary Prefect API)."""
+    words = args.split() if isinstance(args, (str, bytes)) else list(args)
+    words = [os.fsdecode(w) for w in words]
+    modules = {b for a, b in zip(words, words[1:]) if a == "-m"}
+    return bool(words) and (Path(words[0]).name == "flywheel" or bool(modules & {"flywheel.flows.cli", "uvicorn"}))
+
+
+@pytest.fixture(autouse=True)
+def _unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test in the unit tier that starts the CLI or a Prefect API as a process fails, saying which mark to add."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def guarded(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if _starts_cli_or_api(args):
+            pytest.fail(f"a unit test started {str(args)[:100]}: mark it integration (tests/conftest.py)",
+                        pytrace=False)
+        return execute(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", guarded)
 
 
 @pytest.fixture(scope="session")
@@ -110,6 +157,36 @@ def catalog():
     seeds_path, tools_path = env_paths("tool_call")
     tools = load_tools(tools_path)
     return tools, load_seeds(seeds_path, tools)
+
+
+@cache
+def env_catalog(env: str) -> tuple[Any, Any]:
+    """An env's tools (empty where it has none) and its seeds, read once per worker."""
+    seeds_path, tools_path = env_paths(env)
+    tools = load_tools(tools_path) if tools_path.is_file() else {}
+    return tools, load_seeds(seeds_path, tools)
+
+
+def seeded(env: str, seed_id: str) -> Task:
+    """The task of an env's seed ``seed_id``, as the seed catalog renders it."""
+    tools, seeds = env_catalog(env)
+    return seed_task(next(s for s in seeds if s.id == seed_id), tools)
+
+
+# A registry version's fields (name, base model, dataset, verifiers, training) for tests that register versions.
+REGISTRY_FIELDS = {
+    "name": "tool_call-policy", "base_model": {"ref": "embedded", "hash": "b" * 64},
+    "dataset": {"name": "tool_call", "version": "v-x", "content_hash": "c" * 64, "seeds_hash": "s" * 64},
+    "verifiers": {"tool_call": "1.0.0"}, "training": {"method": "sft"}}
+
+
+def fake_adapter(root: Path, i: int) -> Path:
+    """A PEFT-shaped folder (what the registry checks and hashes); the content differs per i."""
+    folder = root / f"a{i}"
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 4, "i": i}))
+    (folder / "adapter_model.safetensors").write_bytes(bytes([i]) * 64)
+    return folder
 
 
 def free_port() -> int:

@@ -244,7 +244,10 @@ def test_non_editable_install_in_a_fresh_venv_beside_theirs(tmp_path) -> None:
     copy, venv, outside = tmp_path / "repo", tmp_path / "venv", tmp_path / "outside"
     listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], REPO, dict(os.environ))
     for rel in filter(None, listed.split("\0")):
-        if (REPO / rel).is_file():  # a path deleted in the working tree is not shipped
+        if (REPO / rel).is_symlink():  # src/flywheel/*: links to the source folders, copied as links
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            (copy / rel).symlink_to(os.readlink(REPO / rel))
+        elif (REPO / rel).is_file():  # a path deleted in the working tree is not shipped
             (copy / rel).parent.mkdir(parents=True, exist_ok=True)
             (copy / rel).write_bytes((REPO / rel).read_bytes())
     outside.mkdir()

@@ -1,31 +1,15 @@
 """Per-completion bounds: run a verifier's costly step in a reusable worker process under CPU, wall-clock and
 memory limits, so that no completion can stall a score run, an eval or a GRPO step.
 
-Contract:
-- ``run(fn, *args, limits=...)`` calls the module-level function ``fn(*args)`` (arguments and result picklable) in
-  a worker process and returns its result. A worker is a plain ``python`` subprocess (not ``multiprocessing``: it
-  also works inside daemonic Dask or Prefect workers) that serves one call at a time and is reused.
-- Limits per call: ``cpu_s`` CPU seconds (RLIMIT_CPU's soft limit is set to the worker's CPU time so far plus
-  ``cpu_s`` before each call, so the kernel kills a runaway worker with SIGXCPU even if it never returns to Python),
-  ``wall_s`` seconds of waiting (then the parent SIGKILLs the worker), ``memory_bytes`` of address space
-  (RLIMIT_AS; a MemoryError ends the worker). Crossing any of them raises ``BoundExceeded`` (the input's fault)
-  and the worker is replaced; start-up and imports happen before the clock starts.
-- Any other exception inside ``fn`` raises ``WorkerError`` with its type and message (the verifier's fault); the
-  worker stays. A worker that dies otherwise, or during its start-up (a ``warm`` import that
-  fails), also raises ``WorkerError`` and is replaced, its process reaped and its pipes closed.
-- A worker is reused only after a call that completed (its reply read). A call left any other way (a bound, an
-  exception in the caller's thread while the request is in flight: KeyboardInterrupt, a thread's or task's
-  cancellation) kills its worker, so no caller ever reads another call's reply; every reply also carries its
-  request's number, and a mismatch kills the worker (``WorkerError``).
-- Thread-safe: at most ``os.cpu_count()`` workers are alive at once, over all limits (idle, busy or starting);
-  concurrent callers beyond that (``batch_rewards(workers=...)``) wait for a free worker, and that wait is no
-  part of their call's bounds. A caller that must not wait long (a server thread: ``serve-env``) passes
-  ``wait_s``: when no worker frees up within it, ``Busy`` is raised and nothing was called. Idle workers are
-  kept (one of other limits is killed to make room); each exits when the parent does, even on SIGKILL (its
-  request pipe closes; a call in progress ends at its CPU bound first). A forked child never shares its parent's
-  workers.
-- ``IN_WORKER`` is True inside a worker: code that bounds its own steps runs them inline there, since the whole
-  call is already under a bound (no worker starts a worker).
+- ``run(fn, *args, limits=...)`` calls the module-level function ``fn(*args)`` (picklable) in a worker process (a
+  plain ``python`` subprocess, reused) and returns its result.
+- Crossing ``cpu_s`` (RLIMIT_CPU), ``wall_s`` (the parent SIGKILLs the worker) or ``memory_bytes`` (RLIMIT_AS)
+  raises ``BoundExceeded`` (the input's fault) and replaces the worker; any other exception in ``fn``, or a worker
+  that dies, raises ``WorkerError`` (the verifier's fault).
+- A worker is reused only after a call that completed; every reply carries its request's number.
+- Thread-safe: at most ``os.cpu_count()`` workers alive; callers beyond wait, or, given ``wait_s``, get ``Busy``.
+- ``IN_WORKER`` is True inside a worker (no worker starts a worker).
+The full contract: verifiers/README.md.
 """
 
 from __future__ import annotations

@@ -42,24 +42,63 @@ def as_text(completion: Any) -> str:
     return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
 
 
+FORMAT_FAILURES = frozenset({"format_error", "no_answer", "ambiguous_answer", "syntax_error"})  # an invalid output
+
+
+def shaped(reward: float | None, failure_class: str | None, kind: str, threshold: float) -> float | None:
+    """The training reward of a verdict's reward (None: the verifier could not judge) and failure class:
+    ``verifier`` keeps the verifier's own; ``success`` is 1 at or above ``threshold``, -1 when unsafe or at the
+    verifier's floor, else 0. None stays None: it does not count, it is not a 0."""
+    if reward is None or kind == "verifier":
+        return reward
+    if failure_class == "unsafe_action" or reward <= -1.0:
+        return -1.0
+    return 1.0 if reward >= threshold else 0.0
+
+
+def _first(value: Any, default: Any) -> Any:
+    """A setting TRL passes as a dataset column (one value per completion) or as a plain value."""
+    if isinstance(value, list | tuple):
+        return value[0] if value else default
+    return default if value is None else value
+
+
 def batch_rewards(env: str, verify: Callable[[Task, str], Verdict], completions: list[Any], tasks: list[Any], *,
                   applies: Callable[[Task], bool] | None = None, text: Callable[[Any], str] = as_text,
-                  workers: int = 1) -> list[float | None]:
-    """TRL's reward-function contract: one float per completion, None where the verifier does not apply
-    (another env, unless ``applies`` says otherwise) or could not score (valid=False). ``text`` turns TRL's
-    completion into the verifier's input; ``workers`` > 1 verifies in threads (for verifiers that wait on
-    subprocesses or servers), keeping the order."""
-    def one(pair: tuple[Any, Any]) -> float | None:
-        task = as_task(pair[1])
+                  workers: int = 1, verdict: list[Any] | None = None, reward_kind: Any = "verifier",
+                  success_threshold: Any = 1.0, log_metric: Callable[[str, float], None] | None = None,
+                  **_: Any) -> list[float | None]:
+    """An env's reward function in TRL's form: one float per completion, None where the verifier does not apply
+    (another env, unless ``applies`` says otherwise) or could not score (valid=False). The keywords are what GRPO's
+    trainer passes: ``verdict`` (Verdicts a rollout already computed, reused, not verified again), ``reward_kind``
+    and ``success_threshold`` (dataset columns: how a verdict becomes the training reward, ``shaped``) and TRL's
+    ``log_metric`` (gets the shares of invalid outputs and unsafe actions). ``text`` turns TRL's completion into the
+    verifier's input; ``workers`` > 1 verifies in threads (verifiers that wait on subprocesses), keeping the order."""
+    kind, threshold = _first(reward_kind, "verifier"), float(_first(success_threshold, 1.0))
+
+    def one(i: int) -> Verdict | None:
+        task = as_task(tasks[i])
         if not (applies(task) if applies else task.env == env):
             return None
-        return verify(task, text(pair[0])).reward
+        given = verdict[i] if verdict is not None else None
+        return given if isinstance(given, Verdict) else verify(task, text(completions[i]))
 
-    pairs = list(zip(completions, tasks, strict=True))
+    if len(completions) != len(tasks):
+        raise ValueError(f"{len(completions)} completions for {len(tasks)} tasks: TRL passes one task per completion")
     if workers <= 1:
-        return [one(p) for p in pairs]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, pairs))
+        verdicts = [one(i) for i in range(len(tasks))]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            verdicts = list(pool.map(one, range(len(tasks))))
+    scored = [v for v in verdicts if v is not None]
+    if log_metric is not None and scored:
+        log_metric("train_invalid_rate", sum(v.valid and v.failure_class in FORMAT_FAILURES for v in scored)
+                   / len(scored))
+        log_metric("train_unsafe_rate", sum(v.valid and (v.failure_class == "unsafe_action" or
+                                                         bool(v.components.get("unsafe_calls"))) for v in scored)
+                   / len(scored))
+    return [None if v is None else shaped(v.reward if v.valid else None, v.failure_class, kind, threshold)
+            for v in verdicts]
 
 
 def guarded_verify(name: str, version: str, score: Callable[[Task, str], Verdict], task: Task,

@@ -1,24 +1,14 @@
 """The program that runs inside the sandbox (stdlib only; passed to ``python -I -S -c``, never imported by the host).
 
 Protocol (one JSON object per line; the host in ``verifiers.sandbox_protocol`` drives it and checks every reply):
-- The host sends ``{"code", "entry_point", "limits"}``. The harness sets the limits on itself, then writes
-  ``{"event": "hello"}``: the host knows the sandbox started with its limits in force, and that whatever follows
-  happened after the candidate could run. A limit it cannot set (the host's hard limit is lower) is instead
-  ``{"event": "limits_error", "message"}`` and the harness exits: no candidate code has run, so the host can trust
-  that line and reports an infrastructure failure, never the candidate's.
-- The harness then compiles and runs the program, and answers ``ready``, or ``syntax_error`` / ``load_error``
-  (with ``error``) and exits.
-- Then, one at a time, the host sends ``{"nonce", "args"}`` and the harness answers exactly one
-  ``{"nonce", "value"}`` or ``{"nonce", "error"}`` for that call; last ``{"nonce", "finish": true}`` gets
-  ``{"nonce", "event": "finished"}`` and the harness waits to be killed. Expected outputs never come in.
-- The candidate's own stdout and stderr go to ``output.txt`` (fd 3, the channel's old number, so code that
-  guesses the channel writes into its own capped file). The channel is reachable from the candidate's code, as
-  anything in this process is; the host therefore trusts no line on its own: a reply counts only when it answers
-  the one outstanding request with that request's nonce, which exists only after the program has loaded, and a
-  second, unsolicited or out-of-order line is tampering.
-- An error is always ``{"type": str, "errno": int | None, "message": str}`` (``describe``): the exception is
-  the candidate's object (its errno any value, its ``__str__`` may raise), and the host treats any other shape
-  as tampering.
+- The host sends ``{"code", "entry_point", "limits"}``; the harness sets the limits on itself and says
+  ``{"event": "hello"}`` (or ``limits_error`` and exits), then loads the program: ``ready``, or ``syntax_error`` /
+  ``load_error`` and exits.
+- Then, one at a time, ``{"nonce", "args"}`` gets exactly one ``{"nonce", "value"}`` or ``{"nonce", "error"}``;
+  ``{"nonce", "finish": true}`` gets ``finished``. Expected outputs never come in.
+- The candidate's stdout and stderr go to ``output.txt`` (fd 3); a reply counts only when it answers the one
+  outstanding request with its nonce. An error is always ``{"type", "errno", "message"}`` (``describe``).
+The full protocol and why: verifiers/README.md.
 """
 
 import json

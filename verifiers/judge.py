@@ -1,28 +1,14 @@
 """The judge verifier: an LLM behind any OpenAI-compatible endpoint grades a completion against a rubric.
 
-Contract:
-- The endpoint is set with ``configure(base_url, model)`` or the FLYWHEEL_JUDGE_URL and FLYWHEEL_JUDGE_MODEL
-  environment variables (``flywheel score --judge-url``). Requests use temperature 0 and a fixed seed, with
-  retries and a timeout.
-- The judge sees the task's request, the reference answer when there is one, the rubric
-  (``reference.rubric``, else a default), and the completion between markers it is told never to obey, named
-  by a tag the completion cannot know (the first 16 hex digits of its own sha256: the same completion, the
-  same prompt), so a completion that writes the closing marker does not end its block. Text a request cannot
-  carry (a lone surrogate) is replaced; a completion over ``MAX_COMPLETION`` characters scores 0 ``too_large``.
-  A line of the completion that reads as a score line is sent as ``SCORE_LINE_REMOVED``, so the judge has no
-  score line of the response to quote as its own.
-- The score is the judge's last line, and only it, when it reads ``Score: N`` (N from 0 to 10 in ASCII digits,
-  at most two decimals, optionally ``/10``, markdown emphasis around it); reward = N / 10. A score anywhere else
-  is not read.
-- A judge error (unreachable, HTTP error, timeout, a reply cut at ``max_tokens``, content that is not text), a
-  reply whose last line is no score, or a score outside 0-10 gives valid=False with failure_class
-  ``judge_failed`` and reward None: never reward 0.
-- It applies to tasks of env ``judge`` and to any task with a rubric.
-- Bounds per completion: each attempt has a total deadline of ``timeout_s`` (connect, send, and the whole reply:
-  the body is read chunk by chunk against it, so a server that trickles bytes is cut off; the last read waits at
-  most ``timeout_s`` more), a reply of at most ``MAX_REPLY_BYTES``, and ``retries`` + 1 attempts with 0.5 s, 1 s,
-  ... backoff. So one verification takes at most (retries + 1) x 2 x timeout_s plus the backoff; crossing it is
-  ``judge_failed`` (valid=False: the judge's fault, not the completion's). The judge does its own compute.
+- The endpoint: ``configure(base_url, model)`` or FLYWHEEL_JUDGE_URL / FLYWHEEL_JUDGE_MODEL; temperature 0, a
+  fixed seed, retries and a timeout.
+- The judge sees the request, the reference answer, the rubric (``reference.rubric``, else a default) and the
+  completion between markers named by a tag the completion cannot know (its own sha256); a score-shaped line of the
+  completion is sent as ``SCORE_LINE_REMOVED``. A completion over ``MAX_COMPLETION`` characters scores 0.
+- The score is the reply's last line, and only it, when it reads ``Score: N`` (0-10); reward = N / 10.
+- A judge error, a reply whose last line is no score, or a score outside 0-10 is valid=False ``judge_failed``,
+  reward None: never reward 0. Each attempt has a total deadline (``timeout_s``) and a reply bound.
+The full contract: verifiers/README.md; versions: verifiers/CHANGELOG.md.
 """
 
 from __future__ import annotations
@@ -42,12 +28,7 @@ from flywheel.verifiers.common import batch_rewards, guarded_verify
 from flywheel.verifiers.fetch import bounded_post
 
 NAME = "judge"
-# 1.1: judge deadline and reply bounds (a trickling judge is a verifier_error)
-# 1.2: the completion's block is named by a tag it cannot contain; only the reply's last line is read as the score
-#      (ASCII digits, bounded line); a reply cut at max_tokens is judge_failed; too_large completions score 0
-# 1.3: the completion's score-shaped lines are blanked before the judge sees them (was: a verdict equal to a line of
-#      the completion was judge_failed, so a wrong answer followed by 'Score: 0' ... 'Score: 10' escaped its 0)
-VERSION = "1.3.0"
+VERSION = "1.3.0"  # history: verifiers/CHANGELOG.md
 DEFAULT_RUBRIC = "10: fully correct and complete; 5: partly correct; 0: wrong, off-topic or empty."
 MAX_REPLY_BYTES = 1 << 20  # a verdict is one line; a quarter of the policy reply cap (fetch.MAX_REPLY_BYTES)
 _SCORE = re.compile(r"[*_#\s]*score[*_\s]*[:=][*_\s]*(-?\d{1,3}(?:\.\d{1,2})?)[*_\s]*(?:/\s*10)?[*_.\s]*",
@@ -186,7 +167,7 @@ def verify(task: Task, completion: str) -> Verdict:
     return guarded_verify(NAME, VERSION, _score, task, completion)
 
 
-def judge_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
+def judge_reward(completions: list[Any], task: list[Any], **kw: Any) -> list[float | None]:
     """TRL reward function; None where the judge does not apply or failed."""
     return batch_rewards(NAME, verify, completions, task,
-                         applies=lambda t: t.env == NAME or t.reference.rubric is not None)
+                         applies=lambda t: t.env == NAME or t.reference.rubric is not None, **kw)

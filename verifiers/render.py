@@ -38,7 +38,8 @@ def reference_answer(seed: SeedTask, values: dict[str, Any]) -> str:
         return text
     import sympy
 
-    return str(sympy.nsimplify(sympy.sympify(text, rational=True)))
+    # sympy's sympify overloads leave out its keyword arguments (rational=)
+    return str(sympy.nsimplify(sympy.sympify(text, rational=True)))  # ty: ignore[no-matching-overload]
 
 
 def answer_reference(seed: SeedTask, tools: Mapping[str, ToolSpec], values: dict[str, Any]) -> Reference:

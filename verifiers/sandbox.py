@@ -1,31 +1,17 @@
 """Run untrusted Python in a sandbox and return what it produced for given inputs.
 
-Contract:
-- Each run is a separate process tree under bubblewrap (``bwrap``), two levels deep. The outer bwrap (as root
-  when the host is root, so it can mount a Python installed under /root) makes the view: new PID, network,
-  IPC and UTS namespaces (no network at all), a read-only view of the Python installation and system
-  libraries only (no project files, no datasets, no home), a fresh size-limited tmpfs as working directory and
-  /tmp, an empty environment. The inner bwrap runs as the uid ``nobody`` (when the host is root) with a user
-  namespace of its own and ``--disable-userns`` (the candidate cannot create user namespaces) and a PID
-  namespace of its own (the candidate's parent is that namespace's init, which it cannot kill).
-- Limits, set by the harness on itself before it says hello and before the candidate's code is compiled: CPU
-  seconds, address space, file size, process count, open files, no core dumps; a wall-clock timeout on top,
-  enforced here. The process count is per user namespace, so per sandbox: a fork bomb cannot starve the sandboxes
-  beside it. Memory is a budget per sandbox: every process gets ``memory_mb / nproc`` of address space, so all of
-  a sandbox's processes together map at most ``memory_mb`` (plus the two tmpfs). The address space is per process
-  and inherited by every fork and exec, so it holds on any host; a memory cgroup would allow one big process
-  instead of equal shares, but the containers this runs in (CI's too) have cgroup v1 with the memory controller
-  owned by the runner and no cgroup v2 memory controller, and a limit that applies everywhere beats one that may
-  not. A host whose hard limits are below these (``ulimit -H``) cannot run the sandbox: ``SandboxError``.
-- The host is the trusted side of the nonce protocol with ``verifiers/harness.py``; ``verifiers/sandbox_protocol``
-  holds the host's side (which lines are accepted, what is tampering), ``verifiers/procs`` the process
-  bookkeeping (leftover processes counted from the host's /proc after the last reply, never by the candidate's
-  interpreter). Output on the channel is capped; the candidate's stdout is a capped file. When the run ends
-  every process it started is gone (``procs.stop`` kills the outer PID namespace's init) and every fd the run
-  opened on the host is closed.
-- ``run_code`` never raises for anything the candidate does; it raises ``SandboxError`` only when the sandbox
-  itself cannot start: the harness never said hello, or could not set its limits (then the verifier reports
-  valid=False, never reward 0).
+- Each run is a separate process tree under bubblewrap, two levels deep: the outer bwrap makes the view (no
+  network, read-only Python and system libraries only, a fresh size-limited tmpfs, an empty environment), the inner
+  one runs as ``nobody`` in a user and PID namespace of its own.
+- Limits, set by the harness on itself before the candidate's code is compiled: CPU seconds, address space (a
+  budget per sandbox: ``memory_mb / nproc`` per process), file size, process count (per sandbox), open files, no
+  core dumps; a wall-clock timeout on top, enforced here.
+- The host is the trusted side of the nonce protocol with ``harness.py`` (``sandbox_protocol``: what is accepted,
+  what is tampering; ``procs``: leftover processes from the host's /proc). When a run ends every process it
+  started is gone and every fd it opened on the host is closed.
+- ``run_code`` never raises for anything the candidate does; ``SandboxError`` only when the sandbox itself cannot
+  start (then the verifier reports valid=False, never reward 0).
+Why these choices (memory by address space, not cgroups): verifiers/README.md.
 """
 
 from __future__ import annotations
@@ -118,8 +104,9 @@ def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
     The process count is per user namespace, where the PID namespace's init counts too: one more than ``nproc``
     leaves the candidate ``nproc`` processes, its own included, as before. The address space is per process and
     inherited by forks: ``memory_mb / nproc`` each bounds the sandbox's total by ``memory_mb``."""
-    return {"cpu": (limits.cpu_s, limits.cpu_s + 1), "as": (limits.process_mb * MB,) * 2,
-            "fsize": (limits.file_mb * MB,) * 2, "nproc": (limits.nproc + 1,) * 2, "nofile": (64, 64), "core": (0, 0)}
+    space, fsize, nproc = limits.process_mb * MB, limits.file_mb * MB, limits.nproc + 1
+    return {"cpu": (limits.cpu_s, limits.cpu_s + 1), "as": (space, space), "fsize": (fsize, fsize),
+            "nproc": (nproc, nproc), "nofile": (64, 64), "core": (0, 0)}
 
 
 RLIMITS = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,

@@ -2,29 +2,8 @@
 
 Contract: an env lives in ``verifiers/envs/NAME/`` whose ``__init__.py`` defines ``SPEC = EnvSpec(...)``;
 ``flywheel.verifiers.envs.get_env(NAME)`` returns it. Nothing outside the env's folder branches on its name:
-callers ask the spec (prompt, verifier, renderer, reference, stratum, outcome flags, multi-turn, paths).
-
-Hooks and their signatures:
-- ``verify(task, completion) -> Verdict``; ``reward_fn(completions, task, **kw) -> list[float | None]`` (TRL's form);
-  ``verifier`` the verifier module (``NAME``, ``VERSION``, ``verify``, ``NAME_reward``) ``get_verifier`` returns.
-- ``render(seed, tools, request, values, meta) -> Task``: a pure function of its arguments (see :func:`renderer`).
-- ``reference_completion(task) -> str``: what a perfect policy answers.
-- ``reference_problem(task) -> (reason, detail) | None``: env-specific structural checks of a task's reference;
-  :meth:`EnvSpec.check_reference` adds the generic one (the reference completion must score 1.0).
-- ``stratum(seed) -> str`` and ``task_stratum(task) -> str``: what the split and the quality suite balance on;
-  ``strata(seeds, tools) -> tuple[str, ...]``: every stratum the quality suite expects.
-- ``outcome_flags(verdict, tools_called, tools_expected) -> dict``: env-specific eval flags (correct_tool,
-  correct_args, execution_success) on top of the generic ones in ``tasks/evaluation/metrics.py``.
-- Seeds: ``seed_model`` (a SeedTask subclass may add fields), ``seed_fields`` (exactly the reference fields a seed
-  gives), ``hidden_slots`` (templates may leave slots unnamed: ids, state, test inputs); :meth:`check_seed`.
-- ``resources_server(**limits) -> ASGI app``: the env as an HTTP resources server (``flywheel serve-env``); None
-  when the env has none. ``ingest``: production trajectories of the env can be ingested.
-- ``replay_reference(task) -> Reference``: a multi-turn env's reference completed from its calls and initial state
-  (the golden final state, by replaying the calls in a fresh session); ValueError saying why when it cannot.
-- ``run_defaults``: ``flywheel run`` options this env needs instead of RunConfig's defaults (e.g. more train
-  tasks and LoRA on every linear layer for multi-step agents); the options a user gives still win.
-- Paths: ``seeds_path`` (seeds.jsonl), ``tools_path`` (tools.json; None when the env has no catalog),
-  ``cases_path`` (golden verifier cases).
+callers ask the spec (prompt, verifier, reward function, renderer, reference, stratum, outcome flags, multi-turn,
+paths). The hooks and their signatures are listed on :class:`EnvSpec`.
 """
 
 from __future__ import annotations
@@ -76,7 +55,33 @@ def renderer(system_prompt: str, reference: ReferenceBuilder) -> Renderer:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """One environment (see the module contract)."""
+    """One environment.
+
+    Hooks and their signatures:
+    - ``verify(task, completion) -> Verdict``; ``reward_fn(completions, task, **kw) -> list[float | None]``: the
+      env's reward function in TRL's form, which GRPO passes to TRL as its one ``reward_funcs`` entry (keywords: the
+      rollout's ``verdict`` objects, ``reward_kind``, ``success_threshold``, ``log_metric``; see
+      ``verifiers/common.py: batch_rewards``);
+      ``verifier`` the verifier module (``NAME``, ``VERSION``, ``verify``, ``NAME_reward``) ``get_verifier`` returns.
+    - ``render(seed, tools, request, values, meta) -> Task``: a pure function of its arguments (see :func:`renderer`).
+    - ``reference_completion(task) -> str``: what a perfect policy answers.
+    - ``reference_problem(task) -> (reason, detail) | None``: env-specific structural checks of a task's reference;
+      :meth:`EnvSpec.check_reference` adds the generic one (the reference completion must score 1.0).
+    - ``stratum(seed) -> str`` and ``task_stratum(task) -> str``: what the split and the quality suite balance on;
+      ``strata(seeds, tools) -> tuple[str, ...]``: every stratum the quality suite expects.
+    - ``outcome_flags(verdict, tools_called, tools_expected) -> dict``: env-specific eval flags (correct_tool,
+      correct_args, execution_success) on top of the generic ones in ``tasks/evaluation/metrics.py``.
+    - Seeds: ``seed_model`` (a SeedTask subclass may add fields), ``seed_fields`` (exactly the reference fields a seed
+      gives), ``hidden_slots`` (templates may leave slots unnamed: ids, state, test inputs); :meth:`check_seed`.
+    - ``resources_server(**limits) -> ASGI app``: the env as an HTTP resources server (``flywheel serve-env``); None
+      when the env has none. ``ingest``: production trajectories of the env can be ingested.
+    - ``replay_reference(task) -> Reference``: a multi-turn env's reference completed from its calls and initial state
+      (the golden final state, by replaying the calls in a fresh session); ValueError saying why when it cannot.
+    - ``run_defaults``: ``flywheel run`` options this env needs instead of RunConfig's defaults (e.g. more train
+      tasks and LoRA on every linear layer for multi-step agents); the options a user gives still win.
+    - Paths: ``seeds_path`` (seeds.jsonl), ``tools_path`` (tools.json; None when the env has no catalog),
+      ``cases_path`` (golden verifier cases).
+    """
 
     name: str
     system_prompt: str

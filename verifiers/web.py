@@ -73,7 +73,7 @@ def guard(app: FastAPI, max_body_kb: int, hint: str = "send a smaller request") 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        first: dict[str, Any] = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         if first.get("type") == "json_invalid":
             return JSONResponse({"detail": "the body is not JSON "
                                            f"({first.get('ctx', {}).get('error', 'unreadable')})"}, 422)

@@ -16,12 +16,14 @@ work or inside a flow's traceback.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Union, get_args, get_origin
 
 for _key, _value in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
                      "PREFECT_LOGGING_LEVEL": "WARNING", "GX_ANALYTICS_ENABLED": "false"}.items():
@@ -92,6 +94,36 @@ def option(model: type[BaseModel], field: str, *decls: str, help: str | None = N
     info = model.model_fields[field]
     default = ... if info.is_required() else info.default
     return typer.Option(default, *decls, help=info.description or help, **kwargs)
+
+
+def cli_type(annotation: Any) -> Any:
+    """The type typer parses an option of a config field as; pydantic then checks the value against the field (a
+    choice is a string here, one line naming the choices there)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType):
+        kept = [a for a in args if a is not type(None)]
+        return cli_type(kept[0]) if len(kept) == 1 else str
+    if origin is tuple and args:
+        return list.__class_getitem__(cli_type(args[0]))  # list[T] of a T known only at run time
+    return annotation if annotation in (bool, int, float, str) else str
+
+
+def model_options(model: type[BaseModel], decls: dict[str, tuple[str, ...]] | None = None,
+                  **kwargs: dict[str, Any]) -> list[inspect.Parameter]:
+    """One keyword option per field of ``model``, in field order: name, type, default and help all from the field
+    (``option``); ``decls`` gives a field other option names, ``kwargs`` typer keywords (e.g. a metavar)."""
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=cli_type(info.annotation),
+                              default=option(model, name, *(decls or {}).get(name, ()), **kwargs.get(name, {})))
+            for name, info in model.model_fields.items()]
+
+
+def with_parameters(*params: inspect.Parameter) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command taking ``**values`` the signature ``params`` (typer reads the signature and the annotations)."""
+    def apply(fn: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(fn, "__signature__", inspect.Signature(list(params)))  # noqa: B010 (what inspect.signature reads)
+        fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+        return fn
+    return apply
 
 
 def _version(value: bool) -> None:

@@ -4,46 +4,56 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import orjson
 import typer
 from pydantic import ValidationError
 
-from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, output_or_fail, with_progress
+from flywheel.flows.cli.base import (
+    app,
+    check_output,
+    err,
+    explain,
+    fail,
+    in_api,
+    option,
+    output_or_fail,
+    with_progress,
+)
 from flywheel.flows.cli.jsonl import parse_line, read_jsonl, report_bad, write_atomic
-from flywheel.verifiers.envs import env_names  # discovery only: no env is imported
+from flywheel.flows.config import GenerateConfig  # light: pydantic only (no Prefect, no Dask)
+from flywheel.flows.ingest_config import IngestConfig  # the model only: the flow imports Prefect and polars
+from flywheel.tasks.data.dedupe import NearDupParams, Unit  # a dataclass: its defaults are dedupe's options'
 
 
 @app.command()
 def generate(
-    env: str = typer.Option("tool_call", help=f"Environment whose seeds to vary: {' | '.join(env_names())}."),
-    n: int = typer.Option(..., "--n", help="Accepted rows wanted (train + held-out)."),
-    seed: int = typer.Option(0, help="Run seed; every row seed derives from it."),
-    out: Path = typer.Option(..., help="Output root: the version lands in OUT/NAME/VERSION/."),
-    backend: str = typer.Option("sampler", help="sampler | transformers | vllm | openai"),
-    model: str = typer.Option(None, help="Checkpoint folder (transformers, vllm) or model name (openai)."),
-    base_url: str = typer.Option(None, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1"),
-    workers: int = typer.Option(2, help="Dask LocalCluster workers (ignored with --dask-address)."),
-    dask_address: str = typer.Option(None, help="Scheduler address of a running Dask cluster."),
-    name: str = typer.Option(None, help="Dataset name (default: ENV)."),
-    heldout_fraction: float = typer.Option(0.2, help="Share of rows held out, per tool."),
-    threshold: float = typer.Option(0.8, help="Jaccard threshold of the near-duplicate stage."),
-    max_candidates: int = typer.Option(None, help="Candidate budget (default 5*N+100)."),
-    max_tool_share: float = typer.Option(0.25, help="Quality gate: no tool may hold a larger share of the rows."),
-    parent: list[Path] = typer.Option([], help="Earlier published version folder(s) to dedupe against."),
-    cache_dir: Path = typer.Option(None, help="Stage cache (default OUT/.cache)."),
-    seeds_dir: Path = typer.Option(None, help="Folder with ENV.jsonl seeds and ENV.tools.json "
-                                              "(default: the env's own folder, verifiers/envs/ENV/)."),
+    env: str = option(GenerateConfig, "env"),
+    n: int = option(GenerateConfig, "n", "--n"),
+    seed: int = option(GenerateConfig, "seed"),
+    out: Path = option(GenerateConfig, "out"),
+    backend: str = option(GenerateConfig, "backend"),
+    model: str = option(GenerateConfig, "model"),
+    base_url: str = option(GenerateConfig, "base_url"),
+    workers: int = option(GenerateConfig, "workers"),
+    dask_address: str = option(GenerateConfig, "dask_address"),
+    name: str = option(GenerateConfig, "name"),
+    heldout_fraction: float = option(GenerateConfig, "heldout_fraction"),
+    threshold: float = option(GenerateConfig, "threshold"),
+    max_candidates: int = option(GenerateConfig, "max_candidates"),
+    max_tool_share: float = option(GenerateConfig, "max_tool_share"),
+    parents: list[Path] = option(GenerateConfig, "parents", "--parent"),
+    cache_dir: Path = option(GenerateConfig, "cache_dir"),
+    seeds_dir: Path = option(GenerateConfig, "seeds_dir", show_default=False),  # an absolute path: machine-specific
 ) -> None:
     """Generate, validate, deduplicate, split and publish a dataset version; prints its folder."""
-    from flywheel.flows.config import GenerateConfig
-
     try:
-        config = GenerateConfig(env=env, n=n, seed=seed, out=str(out), backend=backend, model=model, base_url=base_url,
-                                workers=workers, dask_address=dask_address, name=name, max_candidates=max_candidates,
-                                heldout_fraction=heldout_fraction, threshold=threshold, max_tool_share=max_tool_share,
-                                parents=tuple(str(p) for p in parent), cache_dir=str(cache_dir) if cache_dir else None,
-                                **({"seeds_dir": str(seeds_dir)} if seeds_dir else {}))
+        config = GenerateConfig.model_validate(dict(
+            env=env, n=n, seed=seed, out=str(out), backend=backend, model=model, base_url=base_url, workers=workers,
+            dask_address=dask_address, name=name, max_candidates=max_candidates, heldout_fraction=heldout_fraction,
+            threshold=threshold, max_tool_share=max_tool_share, parents=tuple(str(p) for p in parents),
+            cache_dir=str(cache_dir) if cache_dir else None, **({"seeds_dir": str(seeds_dir)} if seeds_dir else {})))
         # Dask, the verifiers: imported once the options passed their checks
         from flywheel.flows.stages import load_env
 
@@ -70,12 +80,12 @@ def generate(
 
 @app.command()
 def ingest(
-    trajectories: Path = typer.Option(..., help="JSONL of production trajectories (OpenAI chat format)."),
-    dataset: Path = typer.Option(..., help="Published dataset version to extend (OUT/NAME/VERSION)."),
-    threshold: float = typer.Option(0.8, help="MinHash Jaccard at which a new task is a near duplicate."),
+    trajectories: Path = option(IngestConfig, "trajectories"),
+    dataset: Path = option(IngestConfig, "dataset"),
+    threshold: float = option(IngestConfig, "threshold"),
 ) -> None:
     """Re-score production trajectories, bucket the failures, add them as held-out regression tasks (new version)."""
-    from flywheel.flows.ingest import IngestConfig, ingest_trajectories
+    from flywheel.flows.ingest import ingest_trajectories
     from flywheel.tasks.data.ingest import read_trajectories
 
     try:
@@ -95,15 +105,15 @@ def dedupe(
     input: Path = typer.Option(..., "--input", help="JSONL file."),
     output: Path = typer.Option(..., help="JSONL: each row plus \"cluster_id\" and \"keep\"."),
     field: str = typer.Option(..., help="The text field to compare."),
-    threshold: float = typer.Option(0.8, help="Jaccard threshold (0, 1]."),
-    ngram: int = typer.Option(3, help="Shingle size."),
-    unit: str = typer.Option("word", help="word | char"),
+    threshold: float = typer.Option(NearDupParams.threshold, help="Jaccard threshold (0, 1]."),
+    ngram: int = typer.Option(NearDupParams.ngram, help="Shingle size."),
+    unit: str = typer.Option(NearDupParams.unit, help="word | char"),
 ) -> None:
     """Near-duplicate detection (MinHash LSH) on any JSONL file; the first row of a cluster is kept."""
-    from flywheel.tasks.data.dedupe import MAX_TEXT_CHARS, NearDupParams, near_duplicates
+    from flywheel.tasks.data.dedupe import MAX_TEXT_CHARS, near_duplicates
 
     try:
-        params = NearDupParams(threshold=threshold, ngram=ngram, unit=unit)  # type: ignore[arg-type]
+        params = NearDupParams(threshold=threshold, ngram=ngram, unit=cast(Unit, unit))  # checked by NearDupParams
     except ValueError as exc:
         fail(f"--{explain(exc)}")
     output_or_fail(output, "--output", inputs=(("--input", input),))

@@ -12,9 +12,10 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from flywheel.flows.cli.base import app, check_output, err, explain, fail, output_or_fail, with_progress
+from flywheel.flows.cli.base import app, check_output, err, explain, fail, option, output_or_fail, with_progress
 from flywheel.flows.cli.jsonl import parse_line, read_jsonl, report_bad, write_atomic
-from flywheel.flows.config import BACKEND_HELP
+from flywheel.flows.config import EvalConfig  # light: pydantic only (no Prefect, no model)
+from flywheel.schemas import Thresholds
 from flywheel.verifiers import verifier_names  # the env registry's names (no env imported) + judge
 
 VERIFIER_HELP = f"Verifier name, one of {', '.join(verifier_names())}."
@@ -55,48 +56,42 @@ def _score_lines(module: Any, input: Path) -> tuple[list[dict[str, Any]], list[s
 
 @app.command("eval")
 def eval_(
-    dataset: Path = typer.Option(..., help="A published dataset version folder (OUT/NAME/VERSION)."),
-    split: str = typer.Option("heldout", help="heldout | train"),
-    out: Path = typer.Option(..., help="Output folder: report.json, report.md + PNG plots, rollouts.parquet."),
-    model: str = typer.Option(None, help="Checkpoint or PEFT adapter folder (transformers, vllm) or served model "
-                                         "name (openai); default: the embedded SmolLM2-135M-Instruct."),
-    backend: str = typer.Option("auto", help=BACKEND_HELP),
-    base_url: str = typer.Option(None, help="openai backend: base URL, e.g. http://127.0.0.1:8000/v1 "
-                                            "(API key from $OPENAI_API_KEY)."),
-    samples: int = typer.Option(1, help="Samples per task (k of pass@k)."),
-    limit: int = typer.Option(None, help="Evaluate only the first N tasks (ordered by task id)."),
-    seed: int = typer.Option(0, help="Run seed: every rollout's seed derives from it."),
-    batch_size: int = typer.Option(16, help="Rollouts per batch (the unit of resumption)."),
-    temperature: float = typer.Option(0.7, help="Sampling temperature (0: greedy)."),
-    top_p: float = typer.Option(0.95, help="Nucleus sampling."),
-    max_tokens: int = typer.Option(128, help="Max new tokens per reply (per step in agent episodes)."),
-    max_steps: int = typer.Option(6, help="Agent episodes (workplace): max policy turns."),
-    concurrency: int = typer.Option(4, help="openai backend: requests in flight."),
-    native_tools: bool = typer.Option(False, help="openai backend: send tools as OpenAI `tools` "
-                                                  "(server-side parsing)."),
-    success_threshold: float = typer.Option(1.0, help="A rollout succeeds when its reward reaches this."),
-    sft_below_valid: float = typer.Option(0.5, help="Decision: valid-output rate below this -> SFT first."),
-    rl_min_pass_at_k: float = typer.Option(0.02, help="Decision: pass@k below this -> SFT first."),
-    done_at_pass_at_1: float = typer.Option(0.9, help="Decision: pass@1 at or above this -> done."),
-    price_in: float = typer.Option(0.0, help="Cost estimate: USD per 1M prompt tokens."),
-    price_out: float = typer.Option(0.0, help="Cost estimate: USD per 1M completion tokens."),
-    prefix_cache: bool = typer.Option(True, help="transformers backend: reuse the KV cache of shared prompt prefixes "
-                                                 "(--no-prefix-cache: prefill every prompt whole, the old path)."),
+    dataset: Path = option(EvalConfig, "dataset"),
+    split: str = option(EvalConfig, "split"),
+    out: Path = option(EvalConfig, "out"),
+    model: str = option(EvalConfig, "model"),
+    backend: str = option(EvalConfig, "backend"),
+    base_url: str = option(EvalConfig, "base_url"),
+    samples: int = option(EvalConfig, "samples"),
+    limit: int = option(EvalConfig, "limit"),
+    seed: int = option(EvalConfig, "seed"),
+    batch_size: int = option(EvalConfig, "batch_size"),
+    temperature: float = option(EvalConfig, "temperature"),
+    top_p: float = option(EvalConfig, "top_p"),
+    max_tokens: int = option(EvalConfig, "max_tokens"),
+    max_steps: int = option(EvalConfig, "max_steps"),
+    concurrency: int = option(EvalConfig, "concurrency"),
+    native_tools: bool = option(EvalConfig, "native_tools"),
+    success_threshold: float = option(EvalConfig, "success_threshold"),
+    sft_below_valid: float = option(Thresholds, "sft_below_valid"),
+    rl_min_pass_at_k: float = option(Thresholds, "rl_min_pass_at_k"),
+    done_at_pass_at_1: float = option(Thresholds, "done_at_pass_at_1"),
+    price_in: float = option(EvalConfig, "price_in"),
+    price_out: float = option(EvalConfig, "price_out"),
+    prefix_cache: bool = option(EvalConfig, "prefix_cache"),
 ) -> None:
     """Evaluate a policy on a published split: metrics with 95% CIs, failure buckets, the SFT/RL/done decision."""
-    from flywheel.flows.config import EvalConfig
     from flywheel.flows.eval import run_eval
-    from flywheel.schemas import Thresholds
     from flywheel.tasks.inference.models import check_model
 
     try:
-        config = EvalConfig(
+        config = EvalConfig.model_validate(dict(
             dataset=str(dataset), split=split, out=str(out), model=model, backend=backend, base_url=base_url,
             samples=samples, limit=limit, seed=seed, batch_size=batch_size, temperature=temperature, top_p=top_p,
             max_tokens=max_tokens, max_steps=max_steps, concurrency=concurrency, native_tools=native_tools,
             success_threshold=success_threshold, price_in=price_in, price_out=price_out, prefix_cache=prefix_cache,
             thresholds=Thresholds(sft_below_valid=sft_below_valid, rl_min_pass_at_k=rl_min_pass_at_k,
-                                  done_at_pass_at_1=done_at_pass_at_1))
+                                  done_at_pass_at_1=done_at_pass_at_1)))
         check_output(out, "--out", folder_wanted=True)
         if config.backend != "openai":  # a local model folder: checked before the flow (openai: a served name)
             check_model(config.model)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
-from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api
+from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, option
+from flywheel.tasks.release.gate import GateConfig  # numpy and pydantic (polars only where the gate runs)
 
 REGISTRY = typer.Option(Path("registry"), envvar="FLYWHEEL_REGISTRY", help="Registry folder ($FLYWHEEL_REGISTRY).")
 registry_app = typer.Typer(no_args_is_help=True, help="The model registry: versions, aliases, lineage.")
@@ -26,14 +28,13 @@ def promote(
     version: str = typer.Option("candidate", help="Version id or alias to promote."),
     registry: Path = REGISTRY,
     override: str = typer.Option(None, help="Promote although the gate failed; the reason goes into the audit log."),
-    unsafe_margin: float = typer.Option(0.0, help="Allowed rise of the unsafe-action rate."),
-    invalid_margin: float = typer.Option(0.02, help="Allowed rise of the invalid-output rate."),
-    cost_margin: float = typer.Option(0.25, help="Allowed relative rise of the p95 of completion tokens per model "
-                                                 "call (latency is reported, not gated: it depends on machine load)."),
+    unsafe_margin: float = option(GateConfig, "unsafe_margin"),
+    invalid_margin: float = option(GateConfig, "invalid_margin"),
+    cost_margin: float = option(GateConfig, "cost_margin"),
 ) -> None:
     """Gate the candidate against the baseline (paired bootstrap) and move production only if it passes."""
     from flywheel.flows.promote import check_candidate, load_evals, production_eval, promote_model, promote_result
-    from flywheel.tasks.release.gate import GateConfig, GateError
+    from flywheel.tasks.release.gate import GateError
     from flywheel.tasks.release.registry import Registry
 
     try:
@@ -58,9 +59,10 @@ def promote(
             candidate = load_evals(str(baseline_eval), str(candidate_eval))[2]
         check_candidate(reg, gated, candidate)
         # a rejected gate ends its flow run Failed with the summary as its data: read from the final state
-        summary = in_api(lambda: promote_result(promote_model(
-            str(registry), version, str(baseline_eval), str(candidate_eval), config, override,
-            gated_against=gated_against, return_state=True)))
+        args: dict[str, Any] = {"registry": str(registry), "ref": version, "baseline_eval": str(baseline_eval),
+                                "candidate_eval": str(candidate_eval), "config": config, "override": override,
+                                "gated_against": gated_against}
+        summary = in_api(lambda: promote_result(promote_model(**args, return_state=True)))
     except (ValueError, RuntimeError, OSError, ValidationError) as exc:
         fail(explain(exc))
     lo, hi = summary.success_ci

@@ -17,8 +17,8 @@ def serve(
     prompt_lookup: int = typer.Option(0, min=0, max=64, help="Latency option for one request at a time (an "
                                       "agent's turns), greedy only: decode with drafts of up to this many tokens "
                                       "copied from the context, each checked in one pass, from the conversation's "
-                                      "kept cache (a lone 5-step workplace episode: 1.7-1.8x at 4-8 on an AMD VM, "
-                                      "2.5x at 4 on an AVX-512 one; the texts of plain greedy decoding). 0: off."),
+                                      "kept cache: the texts of plain greedy decoding in fewer passes "
+                                      "(bench/results/throughput.md#lone-episode). 0: off."),
     max_body_kb: int = typer.Option(1024, min=1, help="Largest request body in KB (413 beyond)."),
     max_waiting: int = typer.Option(16, min=1, max=32, help="Chat requests allowed to wait for or hold the model "
                                     "at once (one generates at a time); 503 with Retry-After beyond."),
@@ -69,9 +69,10 @@ def serve_env(
     served = [name for name in env_names() if get_env(name).resources_server is not None]
     if env not in served:
         fail(f"--env {env!r} has no resources server; serve-env serves: {', '.join(served)}")
-    app_ = get_env(env).resources_server(max_sessions=max_sessions, session_ttl_s=session_ttl,  # type: ignore[misc]
-                                         session_max_age_s=session_max_age, max_body_kb=max_body_kb,
-                                         max_session_kb=max_session_kb)
+    serve = get_env(env).resources_server
+    assert serve is not None  # an env in `served` has one
+    app_ = serve(max_sessions=max_sessions, session_ttl_s=session_ttl, session_max_age_s=session_max_age,
+                 max_body_kb=max_body_kb, max_session_kb=max_session_kb)
     err.print(f"serving the {env} environment on http://{host}:{port} (docs at /docs)", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
 

@@ -2,87 +2,77 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import ValidationError
 
-from flywheel.flows.cli.base import app, check_output, err, explain, fail, in_api, option, with_progress
+from flywheel.flows.cli.base import (
+    app,
+    check_output,
+    err,
+    explain,
+    fail,
+    in_api,
+    model_options,
+    option,
+    with_parameters,
+    with_progress,
+)
 from flywheel.flows.config import RunConfig  # light: pydantic only (no Prefect, no TRL)
-from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
-from flywheel.tasks.training.rewards import REWARD_HELP
-from flywheel.tasks.training.train import SCALE_HELP, TRAIN_ON_HELP
-from flywheel.tasks.training.vllm_rollout import ROLLOUT_HELP
+from flywheel.tasks.training.train import TrainConfig  # light: pydantic and the env registry (no TRL)
 
 
 @app.command()
 def train(
-    dataset: Path = typer.Option(..., help="A published dataset version folder (OUT/NAME/VERSION)."),
-    out: Path = typer.Option(..., help="Output folder: adapter/, checkpoints/, metrics.jsonl, train_log.json, eval/."),
-    method: str = typer.Option("grpo", help="sft (reference answers) | grpo (verifier rewards)."),
-    model: str = typer.Option(None, help="Base checkpoint, or a PEFT adapter to keep training (e.g. the SFT adapter); "
-                                         "default: the embedded model."),
-    skip_tasks: Path = typer.Option(None, help="per_task.parquet of `flywheel eval --split train --samples K`: "
-                                               "tasks always or never solved are left out."),
-    train_on: str = typer.Option("mixed", help=TRAIN_ON_HELP),
-    limit: int = typer.Option(None, help="Train on the first N train tasks (ordered by id)."),
-    max_steps: int = typer.Option(20, help="Optimizer steps."),
-    batch_size: int = typer.Option(8, help="SFT: rows per step; GRPO: completions per step (a multiple of "
-                                           "--num-generations)."),
-    micro_batch: int = typer.Option(None, help="Rows per forward/backward pass; each step accumulates the gradients "
-                                               "of --batch-size / N passes (default: the whole batch at once). Bounds "
-                                               "memory on long multi-turn episodes."),
-    learning_rate: float = typer.Option(1e-4, help="Learning rate."),
-    lora_r: int = typer.Option(16, help="LoRA rank."),
-    lora_targets: str = typer.Option("attention", help="LoRA on the attention projections (attention) or on every "
-                                                      "linear layer, MLP included (all-linear)."),
-    num_generations: int = typer.Option(8, help="GRPO: completions per prompt."),
-    loss_type: str = typer.Option("dapo", help="GRPO loss: grpo | dapo | dr_grpo | gspo (sequence-level IS)."),
-    beta: float = typer.Option(0.0, help="GRPO: KL coefficient (0: no reference pass). From an adapter (--model), "
-                                         "the KL anchors on that adapter's policy, not the base model."),
-    scale_rewards: str = typer.Option("group", help=SCALE_HELP),
-    refill: int = typer.Option(2, help="GRPO online filtering: a group whose G rewards are all equal carries no "
-                                       "signal and is replaced by a fresh task's group, up to N times (0: kept)."),
-    reward: str = typer.Option("verifier", help=REWARD_HELP),
-    replay_weight: float = typer.Option(0.0, help=REPLAY_HELP),
-    replay_rows: int = typer.Option(16, help="GRPO replay: reference answers per step."),
-    replay_focus: str = typer.Option("all", help=FOCUS_HELP),
-    rollout_backend: str = typer.Option("transformers", help=ROLLOUT_HELP),
-    max_completion_length: int = typer.Option(64, help="Max new tokens per completion (and in held-out checks)."),
-    eval_interval: int = typer.Option(10, help="Held-out (or --validation) reward and success every N steps."),
-    validation: int = typer.Option(0, help="Hold the last N train tasks apart (never trained on): the periodic checks "
-                                           "run on them and the best checkpoint by their success is the adapter; 0: "
-                                           "checks on the held-out tasks, the last checkpoint kept."),
-    eval_limit: int = typer.Option(32, help="Held-out tasks in the periodic checks and the final eval."),
-    save_steps: int = typer.Option(10, help="Checkpoint every N steps (a killed run resumes from the last one)."),
-    seed: int = typer.Option(0, help="Training and rollout seed."),
+    dataset: Path = option(TrainConfig, "dataset"),
+    out: Path = option(TrainConfig, "out"),
+    method: str = option(TrainConfig, "method"),
+    model: str = option(TrainConfig, "model"),
+    skip_tasks: Path = option(TrainConfig, "skip_tasks"),
+    train_on: str = option(TrainConfig, "train_on"),
+    train_limit: int = option(TrainConfig, "train_limit"),
+    steps: int = option(TrainConfig, "steps"),
+    batch_size: int = option(TrainConfig, "batch_size"),
+    micro_batch: int = option(TrainConfig, "micro_batch"),
+    learning_rate: float = option(TrainConfig, "learning_rate"),
+    lora_r: int = option(TrainConfig, "lora_r"),
+    lora_targets: str = option(TrainConfig, "lora_targets"),
+    num_generations: int = option(TrainConfig, "num_generations"),
+    loss_type: str = option(TrainConfig, "loss_type"),
+    beta: float = option(TrainConfig, "beta"),
+    scale_rewards: str = option(TrainConfig, "scale_rewards"),
+    refill: int = option(TrainConfig, "refill"),
+    reward: str = option(TrainConfig, "reward"),
+    replay_weight: float = option(TrainConfig, "replay_weight"),
+    replay_rows: int = option(TrainConfig, "replay_rows"),
+    replay_focus: str = option(TrainConfig, "replay_focus"),
+    rollout_backend: str = option(TrainConfig, "rollout_backend"),
+    max_tokens: int = option(TrainConfig, "max_tokens"),
+    check_interval: int = option(TrainConfig, "check_interval"),
+    validation_tasks: int = option(TrainConfig, "validation_tasks"),
+    eval_limit: int = option(TrainConfig, "eval_limit"),
+    save_steps: int = option(TrainConfig, "save_steps"),
+    seed: int = option(TrainConfig, "seed"),
     registry: Path = typer.Option(None, envvar="FLYWHEEL_REGISTRY",
                                   help="Register the adapter here as the candidate."),
     parent: str = typer.Option(None, help="Registry version the --model adapter came from (lineage)."),
-    prefix_cache: bool = typer.Option(True, help="GRPO rollouts and evals: prefill each prompt once and reuse its KV "
-                                                 "cache (--no-prefix-cache: the old path)."),
+    prefix_cache: bool = option(TrainConfig, "prefix_cache"),
 ) -> None:
     """Train a LoRA adapter with TRL (SFT or GRPO), evaluate it on held-out tasks, register it as the candidate."""
+    given = dict(locals())  # first: every option's value, nothing else yet
     from flywheel.flows.config import EvalConfig
     from flywheel.tasks.inference.models import check_model, resolve_model
-    from flywheel.tasks.training.train import TrainConfig, check_claim, check_train_paths
+    from flywheel.tasks.training.train import check_claim, check_train_paths
 
     try:
-        config = TrainConfig(dataset=str(dataset), out=str(out), method=method, model=model, limit=limit,
-                             skip_tasks=str(skip_tasks) if skip_tasks else None, train_on=train_on,
-                             max_steps=max_steps,
-                             batch_size=batch_size, micro_batch=micro_batch, learning_rate=learning_rate,
-                             lora_r=lora_r, lora_alpha=2 * lora_r,
-                             lora_targets=lora_targets,
-                             num_generations=num_generations, loss_type=loss_type, beta=beta, refill=refill,
-                             scale_rewards=scale_rewards, reward=reward, replay_weight=replay_weight,
-                             replay_rows=replay_rows, replay_focus=replay_focus,
-                             rollout_backend=rollout_backend, validation=validation,
-                             max_completion_length=max_completion_length, eval_interval=eval_interval,
-                             eval_limit=eval_limit, save_steps=save_steps, seed=seed, prefix_cache=prefix_cache)
+        config = TrainConfig.model_validate({k: str(v) if isinstance(v, Path) else v for k, v in given.items()
+                                             if k in TrainConfig.model_fields} | {"lora_alpha": 2 * lora_r})
         start = resolve_model(model)  # a bad --model fails before any flow run starts
         evaluation = EvalConfig(dataset=str(dataset), out=str(out / "eval"), limit=eval_limit, seed=seed,
-                                max_tokens=max_completion_length, prefix_cache=prefix_cache)
+                                max_tokens=max_tokens, prefix_cache=prefix_cache)
         check_output(out, "--out", folder_wanted=True)
         if registry:
             check_output(registry, "--registry", folder_wanted=True, registry_ok=True)
@@ -96,8 +86,8 @@ def train(
         fail(explain(exc))
     success = summary.metrics.get("success_rate")
     value, lo, hi = (success.value, success.lo, success.hi) if success else (None, None, None)
-    steps = sum(r["step"] > 0 for r in summary.history)  # step 0: the start policy's validation check
-    err.print(f"trained {steps} steps in {summary.train_s:.0f} s; held-out success "
+    done = sum(r["step"] > 0 for r in summary.history)  # step 0: the start policy's validation check
+    err.print(f"trained {done} steps in {summary.train_s:.0f} s; held-out success "
               f"{value} [{lo}, {hi}]; eval {summary.eval}", highlight=False)
     if summary.version:
         err.print(f"registered {summary.version} as candidate in {registry}", highlight=False)
@@ -105,46 +95,11 @@ def train(
 
 
 @app.command("run")
-def run_(
-    ctx: typer.Context,
-    profile: str = option(RunConfig, "profile"),
-    out: Path = option(RunConfig, "out"),
-    seed: int = option(RunConfig, "seed"),
-    env: str = option(RunConfig, "env"),
-    n: int = option(RunConfig, "n", "--n"),
-    heldout_fraction: float = option(RunConfig, "heldout_fraction"),
-    eval_limit: int = option(RunConfig, "eval_limit"),
-    sft_steps: int = option(RunConfig, "sft_steps"),
-    grpo_steps: int = option(RunConfig, "grpo_steps"),
-    sft_batch_size: int = option(RunConfig, "sft_batch_size"),
-    sft_learning_rate: float = option(RunConfig, "sft_learning_rate"),
-    grpo_learning_rate: float = option(RunConfig, "grpo_learning_rate"),
-    num_generations: int = option(RunConfig, "num_generations"),
-    refill: int = option(RunConfig, "refill"),
-    grpo_reward: str = option(RunConfig, "grpo_reward"),
-    grpo_replay: float = option(RunConfig, "grpo_replay"),
-    grpo_replay_focus: str = option(RunConfig, "grpo_replay_focus"),
-    grpo_replay_rows: int = option(RunConfig, "grpo_replay_rows"),
-    check_interval: int = option(RunConfig, "check_interval"),
-    validation_tasks: int = option(RunConfig, "validation_tasks"),
-    capability_tasks: int = option(RunConfig, "capability_tasks"),
-    capability_envs: list[str] = option(RunConfig, "capability_envs", "--capability-env", metavar="ENV"),
-    curriculum_samples: int = option(RunConfig, "curriculum_samples"),
-    curriculum_tasks: int = option(RunConfig, "curriculum_tasks"),
-    curriculum: str = option(RunConfig, "curriculum"),
-    curriculum_balance: bool = option(RunConfig, "curriculum_balance"),
-    max_tokens: int = option(RunConfig, "max_tokens"),
-    lora_targets: str = option(RunConfig, "lora_targets"),
-    grpo_prompts: int = option(RunConfig, "grpo_prompts"),
-    train_limit: int = option(RunConfig, "train_limit"),
-    gpu_pool: str = option(RunConfig, "gpu_pool"),
-    dask_address: str = option(RunConfig, "dask_address"),
-    prefix_cache: bool = option(RunConfig, "prefix_cache"),
-    eval_backend: str = option(RunConfig, "eval_backend"),
-    grpo_rollout_backend: str = option(RunConfig, "grpo_rollout_backend"),
-) -> None:
+@with_parameters(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+                 *model_options(RunConfig, {"capability_envs": ("--capability-env",)},
+                                capability_envs={"metavar": "ENV"}))
+def run_(ctx: typer.Context, **values: Any) -> None:
     """The whole loop on embedded defaults: dataset, baseline eval, SFT if needed, GRPO, eval, gate, promote."""
-    values = {k: v for k, v in locals().items() if k != "ctx"}  # first: every option's value, nothing else yet
     from flywheel.flows.pipeline import check_run_claim, run_pipeline
 
     # only the options given: the rest come from the --profile preset, then from RunConfig's defaults (typer's
@@ -152,7 +107,7 @@ def run_(
     given = {k: str(v) if isinstance(v, Path) else v for k, v in values.items()
              if getattr(ctx.get_parameter_source(k), "name", "") in ("COMMANDLINE", "ENVIRONMENT")}
     try:
-        config = RunConfig(**given)
+        config = RunConfig.model_validate(given)
         out = Path(config.out)
         check_output(out, "--out", folder_wanted=True)  # a file, a published version, a registry: refused now
         check_run_claim(config)  # an OUT of a run with other options too

@@ -1,22 +1,15 @@
 """Stages 2 and 4: exact dedupe by Task.id and near-duplicate removal (MinHash LSH).
 
-Contract:
-- Rows are processed in their given order; the first of a group is kept, so
-  the result depends on the input alone.
-- Near duplicates: word (or char) n-gram shingles hashed with xxhash,
-  signatures from ``datasketch.MinHash.bulk`` (affine32 scheme), candidates
-  from LSH banding (the scheme of ``datasketch.MinHashLSH``: ``bands`` bands of
-  ``num_perm / bands`` rows; a shared band is a candidate), with the band keys
-  computed for all rows at once in numpy because MinHashLSH's per-row,
-  per-band Python work cost 250 us a row, more than everything else together.
-  Each candidate is confirmed by exact Jaccard on the shingle sets, so
-  precision is exact and recall is the banding's.
-  A row whose Jaccard with an earlier kept row or a reference row (seeds,
-  earlier dataset versions) reaches the threshold is not kept; its
-  ``cluster_id`` is that of the row it duplicates, else its own id.
-- Bounded: ``ngram`` is at most ``MAX_NGRAM[unit]`` (64 words, 256 characters) and shingles are cut one at a
-  time from the normalized text, so a row costs memory in proportion to its length, whatever ``ngram`` is; the
-  CLI also refuses texts over ``MAX_TEXT_CHARS`` (a malformed line).
+Rows are processed in their given order; the first of a group is kept, so the result depends on the input alone.
+Near duplicates: word (or char) n-gram shingles hashed with xxhash, signatures from ``datasketch.MinHash.bulk``
+(affine32 scheme), candidates from LSH banding (``datasketch.MinHashLSH``'s scheme: ``bands`` bands of
+``num_perm / bands`` rows; a shared band is a candidate), the band keys computed for all rows at once in numpy
+(MinHashLSH's per-row Python work cost more than everything else together). Each candidate is confirmed by exact
+Jaccard on the shingle sets, so precision is exact and recall is the banding's. A row whose Jaccard with an
+earlier kept row or a reference row (seeds, earlier dataset versions) reaches the threshold is not kept; its
+``cluster_id`` is that of the row it duplicates, else its own id. Bounded: ``ngram`` is at most ``MAX_NGRAM[unit]``
+and shingles are cut one at a time from the normalized text, so a row costs memory in proportion to its length;
+the CLI also refuses texts over ``MAX_TEXT_CHARS``.
 """
 
 from __future__ import annotations
@@ -34,6 +27,7 @@ NUM_PERM = 64
 SCHEME = "affine32"  # datasketch 2.0 default; stored with signatures (older ones are not comparable)
 _WORD = re.compile(r"\w+")
 MAX_NGRAM = {"word": 64, "char": 256}  # past these a shingle is the whole text of any realistic row
+Unit = Literal["word", "char"]  # what a shingle is cut from: words or characters
 MAX_TEXT_CHARS = 1_000_000  # a row's shingle-hash set takes up to ~70 bytes a character: ~70 MB at the cap
 
 
@@ -41,7 +35,7 @@ MAX_TEXT_CHARS = 1_000_000  # a row's shingle-hash set takes up to ~70 bytes a c
 class NearDupParams:
     threshold: float = 0.8
     ngram: int = 3
-    unit: Literal["word", "char"] = "word"
+    unit: Unit = "word"
     num_perm: int = NUM_PERM
     bands: int = 16  # 16 bands x 4 rows: P(candidate) = 0.9998 at J = 0.8; candidates are then confirmed exactly
     seed: int = 1
@@ -130,10 +124,10 @@ class BandIndex:
             held = buckets.get(key)
             if held is None:
                 buckets[key] = index
-            elif type(held) is int:
-                buckets[key] = [held, index]
-            else:
+            elif isinstance(held, list):
                 held.append(index)
+            else:
+                buckets[key] = [held, index]
 
     def query(self, keys: list[int]) -> set[int]:
         found: set[int] = set()
@@ -141,10 +135,10 @@ class BandIndex:
             held = self.buckets.get(key)
             if held is None:
                 continue
-            if type(held) is int:
-                found.add(held)
-            else:
+            if isinstance(held, list):
                 found.update(held)
+            else:
+                found.add(held)
         return found
 
 

@@ -125,7 +125,7 @@ def _with_request(task: Task, request: str, generator: str) -> Task:
 
 
 def generate_candidates(
-    ks: range, seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int,
+    ks: Sequence[int], seeds: Sequence[SeedTask], tools: dict[str, ToolSpec], run_seed: int,
     paraphraser: Paraphraser | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pure and partition-independent: (rows, rejects) for candidate indices ``ks``.

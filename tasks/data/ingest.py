@@ -1,24 +1,11 @@
 """The production flywheel's first half: logged trajectories -> re-scored, bucketed -> regression tasks.
 
-Contract:
-- ``read_trajectories(path)`` parses JSONL in the OpenAI chat format (one trajectory per line: ``id``, ``env``,
-  ``messages`` with ``tool_calls`` and ``tool`` observations, ``outcome``, ``interventions``) and fails with the
-  line number and the field on the first bad line: nothing is ingested from a half-understood file. Lines are
-  strict JSON (``schemas.records.strict_json``, as ``flywheel score`` reads them: no NaN, Infinity, out-of-range
-  number or duplicate key) validated strictly (``"yes"`` is not a boolean), and at most ``MAX_LINE_BYTES`` each
-  (the workplace verifier scores at most 1 MiB of episode): a longer line is refused before it is read whole.
-- ``rescore(trajectory, tools)`` scores the agent's first action with the current verifier. The expected
-  call comes from a human correction (an intervention with ``tool_calls``) or, when the outcome says success and
-  nobody intervened, from the agent's own call. Without either there is nothing to score against: bucket
-  ``no_reference``. Buckets: ``passed``, a verifier failure class, ``no_reference``, ``unknown_tool``,
-  ``invalid_reference`` (the corrected call does not itself score 1.0, e.g. breaks the tool's schema),
-  ``unsupported_env``, ``other_env`` (not the dataset's env), ``too_large`` (a user request longer than a
-  generated task's prompt may be, ``MAX_PROMPT_CHARS``); ``disagrees`` marks a verifier pass on a failed outcome
-  (a verifier gap to look at). A crafted call (arguments that are not a JSON object, nested deeper than
-  ``protocol.MAX_DEPTH``, a number too long) is a bucketed row, never a crashed ingest.
-- A scored failure becomes a held-out regression Task: the user's request, the env's system prompt (as seeds render
-  it), the catalog's tools named in the trajectory, the corrected call as reference.
-- Multi-step envs (workplace): the whole episode is replayed and scored, see ``ingest_episodes.py``.
+``read_trajectories`` reads JSONL in the OpenAI chat format and fails on the first bad line: nothing is ingested
+from a half-understood file. ``rescore`` scores the agent's first action with the current verifier, against a
+human correction or a successful outcome, and puts the trajectory in a bucket. A scored failure becomes a held-out
+regression Task: the user's request, the env's system prompt (as seeds render it), the catalog's tools named in
+the trajectory, the corrected call as reference. Multi-step envs (workplace) are replayed whole:
+``ingest_episodes.py``.
 """
 
 from __future__ import annotations
@@ -70,6 +57,11 @@ class IngestError(ValueError):
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:
+    """One trajectory per line (``id``, ``env``, ``messages`` with ``tool_calls`` and ``tool`` observations,
+    ``outcome``, ``interventions``); IngestError with the line number and the field on the first bad line. Lines are
+    strict JSON (``schemas.records.strict_json``, as ``flywheel score`` reads them: no NaN, Infinity, out-of-range
+    number or duplicate key) validated strictly (``"yes"`` is not a boolean), and at most ``MAX_LINE_BYTES`` each (the
+    workplace verifier scores at most 1 MiB of episode): a longer line is refused before it is read whole."""
     if not path.is_file():
         raise IngestError(f"--trajectories {path}: no such file (JSONL, one OpenAI-format trajectory per line)")
     out, seen = [], set()
@@ -120,7 +112,15 @@ def expected_calls(traj: Trajectory) -> tuple[ToolCall, ...]:
 
 def rescore(traj: Trajectory, catalog: dict[str, ToolSpec], env: str | None = None) -> dict[str, Any]:
     """One row: trajectory id, bucket, reward, detail and (for failures) the regression Task JSON. ``env``: the
-    dataset's env; a trajectory of another env is bucketed ``other_env`` (its tasks cannot join this dataset)."""
+    dataset's env; a trajectory of another env is bucketed ``other_env`` (its tasks cannot join this dataset).
+
+    The expected call comes from a human correction (an intervention with ``tool_calls``) or, when the outcome says
+    success and nobody intervened, from the agent's own call; without either: ``no_reference``. Buckets: ``passed``, a
+    verifier failure class, ``no_reference``, ``unknown_tool``, ``invalid_reference`` (the corrected call does not
+    itself score 1.0, e.g. breaks the tool's schema), ``unsupported_env``, ``other_env``, ``too_large`` (a user request
+    longer than a generated task's prompt may be, ``MAX_PROMPT_CHARS``); ``disagrees`` marks a verifier pass on a
+    failed outcome (a verifier gap to look at). A crafted call (arguments that are not a JSON object, nested deeper
+    than ``protocol.MAX_DEPTH``, a number too long) is a bucketed row, never a crashed ingest."""
     row: dict[str, Any] = {"trajectory": traj.id, "env": traj.env, "bucket": "", "reward": None, "detail": "",
                            "disagrees": False, "task": None, "prompt": ""}
     if traj.env not in SUPPORTED_ENVS:

@@ -1,17 +1,13 @@
 """Ingest for multi-step envs (workplace): a production episode re-scored by replaying it, a failure with a human
-correction turned into a held-out regression task.
+correction turned into a held-out regression task (``rescore_episode``, called by ``ingest.rescore``).
 
-Contract (``rescore_episode(traj, catalog, row)``, called by ``ingest.rescore`` for a multi-turn env):
-- The episode needs ``state``: the environment's state when it started (without it nothing can be replayed:
-  ``no_reference``).
+- The episode needs ``state``: the environment's state when it started (without it: ``no_reference``).
 - The expected calls: with a correction, the agent's calls before the corrected message, then the correction's
-  ``tool_calls`` (what the agent should have done from there on); without one, when the outcome says success, the
-  agent's own calls. Neither: ``no_reference``.
+  ``tool_calls``; without one, when the outcome says success, the agent's own calls. Neither: ``no_reference``.
 - The regression task: the env's system prompt, the user's request, the catalog's tools offered or expected, the
   expected calls and the initial state as reference, the golden final state by replaying them
-  (``EnvSpec.replay_reference``). A state the tools cannot work on (a missing table, a record without a field the
-  tools read), expected calls that fail, or whose replay raises or does not score 1.0, are ``invalid_reference``:
-  one row's reject, and the ingest of the other lines goes on.
+  (``EnvSpec.replay_reference``). A state the tools cannot work on, expected calls that fail, or whose replay
+  raises or does not score 1.0, are ``invalid_reference``: one row's reject; the other lines go on.
 - The agent's episode (its assistant messages' calls, in order) is replayed in a fresh session and scored by the
   current verifier; a failure becomes the task. A verifier pass on a failed outcome is flagged ``disagrees``.
 """
@@ -102,13 +98,18 @@ def rescore_episode(traj: Any, catalog: dict[str, ToolSpec], row: dict[str, Any]
     unknown = [n for n in names if n not in catalog]
     if unknown:
         return row | {"bucket": "unknown_tool", "detail": f"not in the tool catalog: {', '.join(unknown)}"}
-    fields = {"env": traj.env, "messages": (Message(role="system", content=spec.system_prompt),
+    replay = spec.replay_reference
+    if replay is None:
+        raise RuntimeError(f"env {traj.env} is multi-turn but declares no replay_reference (verifiers/spec.py)")
+
+    def regression_task(reference: Reference) -> Task:
+        return Task(env=traj.env, messages=(Message(role="system", content=spec.system_prompt),
                                             Message(role="user", content=user)),
-              "tools": tuple(catalog[n] for n in names),
-              "meta": TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression")}
+                    tools=tuple(catalog[n] for n in names), reference=reference,
+                    meta=TaskMeta(seed_id=f"prod:{traj.id}", generator="ingest", category="regression"))
+
     try:  # the id hashes the content: the task is built again with its golden final state
-        task = Task(**fields, reference=spec.replay_reference(Task(**fields, reference=Reference(
-            calls=calls, state=traj.state))))
+        task = regression_task(replay(regression_task(Reference(calls=calls, state=traj.state))))
     except ValueError as exc:
         return row | {"bucket": "invalid_reference", "detail": f"the expected calls do not replay: {exc}"[:300]}
     except Exception as exc:  # noqa: BLE001 - a state a tool cannot work on: this row's reject, never a crashed ingest

@@ -43,7 +43,7 @@ NEGATIONS = frozenset({"not", "no", "never", "none", "nothing", "nor", "neither"
 # The direction a word gives a comparison or an order, by the pole it states: a paraphrase keeps how many words of
 # each pole the request has ("greater than 7" -> "more than 7" or "above 7", never "at least 7" or "under 7").
 # A synonym outside its pole's list is rejected, which only keeps the request as written.
-POLES = {w: pole for pole, words in {
+POLES: dict[str, str] = {w: pole for pole, words in {
     "more": "more greater larger bigger higher above over exceed exceeds exceeding exceeded beyond",
     "less": "less fewer smaller lower below under beneath",
     "most": "most largest biggest highest greatest maximum max top",
@@ -59,7 +59,7 @@ POLES = {w: pole for pole, words in {
 # kinds ("add": a sum, or a new record) and is kept when the request has any of them; an inflected word reads as its
 # base (``_kinds``). An honest synonym outside its kind's list is rejected, which only keeps the request as written.
 KINDS: dict[str, set[str]] = {}
-for _kind, _words in {
+for _kind, _listed in {
     "delete": "delete deletion remove erase wipe destroy purge trash discard kill cancel cancellation drop rid "
               "terminate rm nuke clear empty eliminate scrap shred",
     "archive": "archive", "undo": "undo revoke disable deactivate restore reopen unarchive undelete unshare unassign "
@@ -90,7 +90,7 @@ for _kind, _words in {
     "meta": "ignore disregard forget override bypass pretend instruction rules prompt system assistant grader grade "
             "judge reviewer score reward verifier policy jailbreak",
 }.items():
-    for _word in _words.split():
+    for _word in _listed.split():
         KINDS.setdefault(_word, set()).add(_kind)
 SYMBOL_KINDS = {"+": "plus", "×": "times", "*": "times", "÷": "divide", "^": "square", "%": "percent", "$": "dollar",
                 "€": "euro", "√": "root", "=": "equal", "≤": "equal", "≥": "equal"}
@@ -249,8 +249,12 @@ def _swapped(said: str, says: str, values: dict[str, Any]) -> str | None:
     "holds 87 and ships 512"): both kept, the roles exchanged."""
     shown = {slot: _fold(format_value(v)) for slot, v in values.items()}
     others = {slot: sorted((o for o in shown.values() if o != v), key=len, reverse=True) for slot, v in shown.items()}
-    where = {slot: (_context(v, said, others[slot]), _context(v, says, others[slot])) for slot, v in shown.items()}
-    slots = [s for s, (r, p) in where.items() if r and p]
+    where: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # the slots found in both texts
+    for slot, v in shown.items():
+        r, p = _context(v, said, others[slot]), _context(v, says, others[slot])
+        if r and p:
+            where[slot] = (r, p)
+    slots = list(where)
     for i, a in enumerate(slots):
         for b in slots[i + 1:]:
             if shown[a] in shown[b] or shown[b] in shown[a]:

@@ -1,25 +1,12 @@
-"""Stage 7: publish a dataset version atomically.
+"""Stage 7: publish a dataset version atomically, and read one back checked.
 
-Contract: ``DIR/<name>/<version>/`` appears whole or not at all: files are
-written to a temporary sibling folder, fsynced, then renamed into place. Two
-publishers at once: neither removes the other's temp folder (each holds an
-flock on its own from its creation: creating and locking it, and sweeping the
-leftovers of killed runs, happen under an flock on ``DIR/<name>`` itself), and
-the second finds the version published. The version is
-``v-`` plus the first 12 hex digits of the content hash (sha256 over the train
-and held-out files' hashes), so the same data always lands in the same version
-and republishing it is a no-op. Parquet is written with polars.
-
-The manifest records every data file's sha256 (``files``). Readers go through
-:func:`read_split`, which checks the file against the manifest before using
-it: a file changed after publishing, or not parquet, is one ValueError naming
-the file, so nothing is evaluated, trained or reported under a version and
-content hash that no longer describe it. A manifest is not hashed: commands
-that read a version (eval, train, generate --parent, ingest) run
-:func:`check_version` before their flow, which also checks what the manifest
-says against where the version lies and what its rows hold. A version folder
-that already exists when the same content is published again is used only if
-it is that version as published (a real folder whose files verify).
+``DIR/<name>/<version>/`` appears whole or not at all: files are written to a temporary sibling folder, fsynced,
+then renamed into place. The version is ``v-`` plus the first 12 hex digits of the content hash (sha256 over the
+train and held-out files' hashes), so the same data always lands in the same version and republishing it is a
+no-op. Parquet is written with polars. The manifest records every data file's sha256; readers go through
+:func:`read_split`, which checks the file against the manifest first, and commands that read a version (eval,
+train, generate --parent, ingest) run :func:`check_version` before their flow: nothing is evaluated, trained or
+reported under a version and content hash that no longer describe it.
 """
 
 from __future__ import annotations
@@ -100,7 +87,12 @@ def _locked_temp(root: Path) -> tuple[Path, int]:
 def publish(out_dir: Path, name: str, frames: dict[str, pl.DataFrame], manifest_fields: dict[str, Any],
             extra_json: dict[str, Any] | None = None) -> Path:
     """Write frames (train, heldout, rejected) plus manifest.json; return the version folder, ``out_dir/name/v-...``
-    (``name`` one folder name: never a path that leaves ``out_dir``)."""
+    (``name`` one folder name: never a path that leaves ``out_dir``).
+
+    Two publishers at once: neither removes the other's temp folder (each holds an flock on its own from its creation:
+    creating and locking it, and sweeping the leftovers of killed runs, happen under an flock on ``DIR/<name>``
+    itself), and the second finds the version published. A version folder that already exists when the same content
+    is published again is used only if it is that version as published (a real folder whose files verify)."""
     root = out_dir / folder_name(name)
     root.mkdir(parents=True, exist_ok=True)
     tmp, lock = _locked_temp(root)
@@ -208,7 +200,8 @@ def verified_file(version_dir: Path, name: str, manifest: DatasetManifest | None
 
 def read_split(version_dir: Path, split: str, columns: list[str] | None = None,
                manifest: DatasetManifest | None = None) -> pl.DataFrame:
-    """A published split, checked against the manifest before use; a corrupted file is one clear error."""
+    """A published split, checked against the manifest before use: a file changed after publishing, or not parquet,
+    is one ValueError naming the file."""
     path = verified_file(version_dir, f"{split}.parquet", manifest)
     try:
         return pl.read_parquet(path, columns=columns)

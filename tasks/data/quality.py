@@ -1,7 +1,7 @@
 """Stage 5: a Great Expectations suite on the dataset table.
 
 Contract: table-level expectations only (JSON Schema checks happen in
-validate.py, where a compiled validator is 500x faster than GE's per-row
+validate.py, where a compiled validator is far faster than GE's per-row
 expectation). Returns GE's result as a dict plus ``tool_share`` (the biggest
 stratum's share and the share allowed); ``passed`` tells the caller whether to
 fail the run, and ``failed_expectations`` says what failed and, for the tool
@@ -81,11 +81,12 @@ def run_suite(df: pl.DataFrame, params: QualityParams) -> dict[str, Any]:
     params = replace(params, max_tool_share=allowed)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     for name in ("great_expectations", "great_expectations.data_context.types.base"):  # the second sets INFO itself
         logging.getLogger(name).setLevel(logging.ERROR)
     ctx = gx.get_context(mode="ephemeral")
-    ctx.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(globally=False)
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = (ctx.data_sources.add_pandas("rows").add_dataframe_asset("table")
              .add_batch_definition_whole_dataframe("all"))
     suite = ctx.suites.add(_suite(gx, params))

@@ -4,6 +4,7 @@ histogram). Plots are drawn with matplotlib's Agg backend (no display); every fi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -11,15 +12,18 @@ from flywheel.schemas import EvalReport, Metric
 from flywheel.tasks.files import open_output
 from flywheel.verifiers.common import plain
 
+if TYPE_CHECKING:  # matplotlib is imported only when plots are drawn
+    from matplotlib.figure import Figure
+
 PLOTTED = ("valid_output_rate", "correct_tool_rate", "correct_args_rate", "execution_success_rate",
            "unsafe_action_rate", "pass@1")
 SHOWN = (*PLOTTED, "success_rate", "mean_reward", "verifier_error_rate", "latency_p50_s", "latency_p95_s",
          "prompt_tokens_mean", "completion_tokens_mean", "cost_usd_per_1k_rollouts")
 
 
-def _save(fig: object, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> None:
     with open_output(path) as f:
-        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
 
 
 def plots(report: EvalReport, rollouts: pl.DataFrame, out: Path) -> dict[str, str]:
@@ -34,8 +38,9 @@ def plots(report: EvalReport, rollouts: pl.DataFrame, out: Path) -> dict[str, st
     names = list(dict.fromkeys(names))
     fig, ax = plt.subplots(figsize=(8, 3.6))
     values = [report.metrics[n].value or 0.0 for n in names]
-    errs = [[v - (report.metrics[n].lo if report.metrics[n].lo is not None else v) for n, v in zip(names, values)],
-            [(report.metrics[n].hi if report.metrics[n].hi is not None else v) - v for n, v in zip(names, values)]]
+    shown = [report.metrics[n] for n in names]
+    errs = [[v - (v if m.lo is None else m.lo) for m, v in zip(shown, values)],
+            [(v if m.hi is None else m.hi) - v for m, v in zip(shown, values)]]
     ax.bar(names, values, yerr=errs, capsize=4, color="#4c72b0")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("rate (95% bootstrap CI)")

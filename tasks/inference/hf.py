@@ -1,25 +1,15 @@
-"""Chat generation with a local Hugging Face checkpoint (CPU or CUDA).
+"""Chat generation with a local Hugging Face checkpoint (CPU, or CUDA and bf16 when a GPU is present).
 
-Contract: ``generate(conversations, seed)`` samples one reply per conversation
-in one batch after ``torch.manual_seed(seed)``; the same inputs and seed give
-the same replies on the same machine. Callers form batches from their input
-alone, so results never depend on scheduling.
+Contract: ``generate(conversations, seed)`` samples one reply per conversation in one batch after
+``torch.manual_seed(seed)``; the same inputs and seed give the same replies on the same machine. Callers form
+batches from their input alone, so results never depend on scheduling.
 
-With ``prefix_cache`` (the default) prompts go through ``prefix_cache.prepare``:
-a prefix shared by several prompts (the system prompt and tool catalog; for GRPO
-the whole prompt) is prefilled once and reused, and a single conversation's
-cache, generated tokens included, is kept for its next turn (agent episodes).
-Without it, every prompt is prefilled whole in a left-padded batch (the old
-path, kept for comparison). CUDA and bf16 when a GPU is present.
-
-``prompt_lookup=K`` (``flywheel serve --prompt-lookup K``; 0, off, everywhere
-else) decodes a lone greedy request (an agent served one turn at a time) with
-prompt lookup: drafts of up to K tokens copied from the context, where replies
-repeat tool names and arguments, each checked in one forward pass. With the
-prefix cache it starts from the conversation's stored cache (``lookup.py``);
-without it, or for a checkpoint whose generation config changes greedy choices,
-transformers' own assisted decoding reads the whole prompt. Sampled and batched
-requests decode as without it.
+With ``prefix_cache`` (the default) prompts go through ``prefix_cache.prepare``: a prefix shared by several prompts
+is prefilled once and reused, and a single conversation's cache is kept for its next turn (agent episodes);
+without it, every prompt is prefilled whole in a left-padded batch (kept for comparison). ``prompt_lookup=K``
+(``flywheel serve --prompt-lookup K``; off everywhere else) decodes a lone greedy request with prompt lookup:
+drafts of up to K tokens copied from the context, each checked in one forward pass (``lookup.py`` from the stored
+cache; transformers' assisted decoding without it, or when the generation config changes greedy choices).
 """
 
 from __future__ import annotations

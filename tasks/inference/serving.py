@@ -1,23 +1,10 @@
-"""An OpenAI-compatible chat server for a local checkpoint (the embedded model by default).
+"""An OpenAI-compatible chat server for a local checkpoint (the embedded model by default): ``create_app``.
 
-Contract: POST /v1/chat/completions takes model, messages, tools, temperature,
-top_p, max_tokens, n, stop and seed (OpenAI's fields) and answers in OpenAI's
-response shape with token usage; the same request with the same seed gives the
-same reply. The model has no native tool calling: offered tools are rendered
-into the system turn, earlier assistant tool calls and tool results into text
-turns, and a reply that is a ``{"tool", "args"}`` object comes back as OpenAI
-``tool_calls`` (finish_reason "tool_calls"), as vLLM's tool parsers do. ``stop``
-ends generation once the text holds a stop string, which is cut from the reply.
-GET /v1/models lists the one served model.
-
-Every bad request is a one-line 4xx, never a 500 (``verifiers.web.guard``): 413
-a body over ``--max-body-kb``, 422 a body that is not JSON or breaks the request
-model (NaN, a seed past 64 bits, a tool without a name, ...), 404 a model name
-this server does not serve, 400 ``stream`` (replies come whole), a prompt plus
-max_tokens past the model's context, or a tool schema that cannot be rendered;
-503 with Retry-After when ``--max-waiting`` requests already wait for or hold
-the model (one request generates at a time). Bind it to 127.0.0.1 unless you
-mean to expose it.
+POST /v1/chat/completions takes OpenAI's fields (model, messages, tools, temperature, top_p, max_tokens, n, stop,
+seed) and answers in OpenAI's response shape with token usage; the same request with the same seed gives the same
+reply. The model has no native tool calling: tools are rendered into the system turn, and a reply that is a
+``{"tool", "args"}`` object comes back as OpenAI ``tool_calls``, as vLLM's tool parsers do. GET /v1/models lists
+the one served model. Bind it to 127.0.0.1 unless you mean to expose it.
 """
 
 from __future__ import annotations
@@ -25,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -148,7 +135,7 @@ class Admission:
         self.limit, self.count, self.lock = limit, 0, threading.Lock()
 
     @contextmanager
-    def slot(self) -> Iterator[None]:
+    def slot(self) -> Generator[None, None, None]:
         with self.lock:
             if self.count >= self.limit:
                 raise HTTPException(503, f"server busy: {self.limit} requests already wait for or hold the model "
@@ -162,6 +149,14 @@ class Admission:
 
 
 def create_app(model: HFChatModel, served_name: str, max_body_kb: int = 1024, max_waiting: int = 16) -> FastAPI:
+    """The app serving ``model`` as ``served_name``. Earlier assistant tool calls and tool results are rendered into
+    text turns; ``stop`` ends generation once the text holds a stop string, which is cut from the reply.
+
+    Every bad request is a one-line 4xx, never a 500 (``verifiers.web.guard``): 413 a body over ``max_body_kb``, 422 a
+    body that is not JSON or breaks the request model (NaN, a seed past 64 bits, a tool without a name, ...), 404 a
+    model name this server does not serve, 400 ``stream`` (replies come whole), a prompt plus max_tokens past the
+    model's context, or a tool schema that cannot be rendered; 503 with Retry-After when ``max_waiting`` requests
+    already wait for or hold the model (one request generates at a time)."""
     app = guard(FastAPI(title="flywheel OpenAI-compatible server"), max_body_kb)
     admission = Admission(max_waiting)
 

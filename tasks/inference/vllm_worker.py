@@ -2,7 +2,7 @@
 
 vLLM's CPU build needs its own torch/transformers set (docs/ARCHITECTURE.md, Models), so on this kind of
 machine it lives in .venv-vllm. ``VLLMWorker`` starts this module there (``_BOOT``, with CHECKPOINT); the worker
-holds one ``vllm.LLM`` (``backends.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
+holds one ``vllm.LLM`` (``vllm_backend.VLLMBackend``, in process in the worker) and answers one JSON line per batch.
 Protocol: the worker prints ``READY <dtype>`` once loaded (the served weights' dtype, e.g. bfloat16); each request
 line is ``{"op": "generate", "requests": [...], "sampling": {...}}``, ``{"op": "generate_ids", "prompts": [[ids]],
 "seeds": [...], "sampling": {...}}`` (GRPO's rollouts) or ``{"op": "load_weights", "path": FILE}`` (the policy's new
@@ -25,8 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from flywheel.tasks.inference.backends import VLLMBackend
 from flywheel.tasks.inference.protocol import Generation, Request, Sampling
+from flywheel.tasks.inference.vllm_backend import VLLMBackend
 
 ROOT = Path(__file__).resolve().parents[2]  # holds flows/, tasks/, ...: the checkout, or site-packages/flywheel
 # .venv-vllm has no flywheel installed: the worker maps the flywheel namespace onto ROOT itself, then runs main()
@@ -63,6 +63,7 @@ class VLLMWorker:
         self.proc = subprocess.Popen([str(python), "-c", _BOOT, str(ROOT), checkpoint], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
+        assert self.proc.stdout is not None
         if not select.select([self.proc.stdout], [], [], start_timeout_s)[0]:  # nothing said: a stalled start
             self._refuse(f"nothing within {start_timeout_s:.0f} s")
         ready = self._line().split()
@@ -118,7 +119,8 @@ class VLLMWorker:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.stdin.close()  # type: ignore[union-attr]
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:

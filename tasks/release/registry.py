@@ -6,13 +6,9 @@ is renamed into place whole, and an event file is hard-linked into place only if
 a killed command leaves the registry as it was and two writers cannot take the same number. Every change reads
 the log, decides and appends while holding an exclusive lock (``flock`` on ``ROOT/.lock``), so each event is
 computed from the state right before it: two promotions at once record each other as ``previous``, two rollbacks
-pop two promotions. Aliases are read by replaying the events: ``candidate`` moves on every register,
-``production`` only on promote and rollback. A damaged log (a file that is not strict JSON or not an event, a
-number that does not match its name, a missing number, a promotion of a version never registered, a rollback
-to a version that was not the one before) or a damaged ``version.json`` (not the version its folder names, a
-path outside its folder) is a RegistryError naming the file, never a guess. Registry files are read only as
-regular files of bounded size (a FIFO or ``/dev/zero`` swapped in is refused at once), the lock is never
-followed through a symlink, and a lock another process holds for ``LOCK_WAIT_S`` is an error, not a silent hang.
+pop two promotions. Aliases are read by replaying the events (registry_log.py, which refuses a damaged log):
+``candidate`` moves on every register, ``production`` only on promote and rollback. The lock is never followed
+through a symlink, and a lock another process holds for ``LOCK_WAIT_S`` is an error, not a silent hang.
 """
 
 from __future__ import annotations
@@ -28,26 +24,17 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
-
-import orjson
-from pydantic import ValidationError
 
 from flywheel.schemas import sha256_text
 from flywheel.schemas.registry import Event, ModelVersion
 from flywheel.tasks.data.publish import file_sha256
-from flywheel.tasks.files import is_registry, read_regular, share_tree
+from flywheel.tasks.files import is_registry, share_tree
+from flywheel.tasks.release.registry_log import MAX_VERSION_BYTES, RegistryError, read_event, read_record, replayed
 
-MAX_EVENT_BYTES = 1 << 20  # an event is a few hundred bytes; a gate summary a few KB
-MAX_VERSION_BYTES = 16 << 20  # version.json: a training config, metrics and the file hashes
 LOCK_WAIT_S = 60.0  # a change holds the lock for milliseconds; a minute means a stuck holder
-FIX = "the audit log is damaged; restore this file from a backup (events are append-only, never edit them)"
-
-
-class RegistryError(ValueError):
-    """The registry refuses the change; the message says why and what to do."""
 
 
 def _now() -> str:
@@ -56,62 +43,6 @@ def _now() -> str:
 
 def folder_hashes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _strict_json(path: Path, max_bytes: int) -> Any:
-    """A registry file's JSON: a regular file of bounded size, strict JSON (no NaN or Infinity); errors name it."""
-    try:
-        return orjson.loads(read_regular(path, max_bytes))
-    except orjson.JSONDecodeError as err:
-        raise RegistryError(f"{path} is not strict JSON ({err})") from None
-    except (OSError, ValueError) as err:
-        raise RegistryError(f"{path} cannot be read ({getattr(err, 'strerror', None) or err})") from None
-
-
-def _first_error(err: ValidationError) -> str:
-    e = err.errors()[0]
-    return f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}"
-
-
-def _read_record(path: Path, model: type[Any], max_bytes: int, what: str, fix: str) -> Any:
-    """One registry file as ``model``; every failure is one RegistryError naming the file and ending in ``fix``."""
-    try:
-        return model.model_validate(_strict_json(path, max_bytes))
-    except RegistryError as err:
-        raise RegistryError(f"{err}: {fix}") from None
-    except ValidationError as err:
-        raise RegistryError(f"{path} is not a registry {what} ({_first_error(err)}): {fix}") from None
-
-
-def _read_event(path: Path) -> Event:
-    """One event file, checked: a damaged audit log is reported, never replayed with a guess."""
-    event = _read_record(path, Event, MAX_EVENT_BYTES, "event", FIX)
-    if f"{event.seq:06d}.json" != path.name:
-        raise RegistryError(f"{path} holds event {event.seq}, not the one its name says: {FIX}")
-    return event
-
-
-def _replayed(events: list[Event], folder: Path) -> list[str]:
-    """The promotions in force after ``events`` (promote pushes, rollback pops), checking that the log holds
-    every number from 1 and moves production only to versions registered before and back only to the one before."""
-    registered: set[str] = set()
-    stack: list[str] = []
-    for number, e in enumerate(events, 1):
-        where = f"{folder / f'{e.seq:06d}.json'}"
-        if e.seq != number:
-            raise RegistryError(f"event {number} is missing from {folder} (the log goes on at {e.seq}): {FIX}")
-        if e.action == "register":
-            registered.add(e.version)
-        elif e.version not in registered:
-            raise RegistryError(f"{where} {e.action}s {e.version}, which no earlier event registered: {FIX}")
-        if e.action == "promote":
-            stack.append(e.version)
-        elif e.action == "rollback":
-            if len(stack) < 2 or (e.version, e.previous) != (stack[-2], stack[-1]):
-                raise RegistryError(f"{where} rolls production back to {e.version} from {e.previous}, but the "
-                                    f"promotions before it say {stack[-2:] or 'nothing'}: {FIX}")
-            stack.pop()
-    return stack
 
 
 def _actor() -> str:
@@ -132,8 +63,8 @@ class Registry:
             raise RegistryError(f"{folder} is not a folder: {self.root} is not a registry (or is damaged); check "
                                 "--registry")
         files = [p for p in folder.glob("[0-9]*.json") if p.stem.isdigit()]
-        events = [_read_event(p) for p in sorted(files, key=lambda p: int(p.stem))]
-        _replayed(events, folder)
+        events = [read_event(p) for p in sorted(files, key=lambda p: int(p.stem))]
+        replayed(events, folder)
         return events
 
     def exists(self) -> bool:
@@ -142,7 +73,7 @@ class Registry:
         return is_registry(self.root)
 
     @contextlib.contextmanager
-    def _locked(self, create: bool = False) -> Iterator[None]:
+    def _locked(self, create: bool = False) -> Generator[None, None, None]:
         """Exclusive over read-decide-append: the lock file lives in the registry root, the kernel drops it if
         the holder dies, so a killed command never leaves the registry locked. Only ``register`` (``create``)
         makes a registry; the lock is never opened through a symlink, a FIFO or a device."""
@@ -213,7 +144,7 @@ class Registry:
 
     def _read_version(self, folder: Path) -> ModelVersion:
         path, fix = folder / "version.json", "restore the version folder from a backup (versions are never edited)"
-        version = _read_record(path, ModelVersion, MAX_VERSION_BYTES, "version", fix)
+        version = read_record(path, ModelVersion, MAX_VERSION_BYTES, "version", fix)
         if version.id != folder.name:
             raise RegistryError(f"{path} holds version {version.id}, not the one its folder names: {fix}")
         return version
@@ -295,7 +226,7 @@ class Registry:
 
     def production_stack(self) -> list[str]:
         """Promotions still in force, oldest first: promote pushes, rollback pops."""
-        return _replayed(self.events(), self.root / "events")
+        return replayed(self.events(), self.root / "events")
 
     def rollback(self) -> Event:
         """Production back to the version it pointed to before the current promotion."""

@@ -162,7 +162,7 @@ def token_episodes(policy: Any, tasks: list[Task], seed: int, temperature: float
                   "calls": ep.calls, "tool_errors": ep.tool_errors, "answered": ep.stop == "answer",
                   "unsafe": bool(verdict.components.get("unsafe_calls", 0)), "failure_class": verdict.failure_class}
         out.append({"prompt_ids": ep.prompt_ids, "completion_ids": ep.completion, "env_mask": ep.mask,
-                    "episode": record})
+                    "episode": record, "verdict": verdict})
     return out
 
 
@@ -174,14 +174,15 @@ def token_episode(policy: Any, task: Task, seed: int, temperature: float, top_p:
 
 def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps: int, prefix_cache: bool = True,
                          refill: int = 0, reward: RewardKind = "verifier", threshold: float = 1.0,
-                         vllm_base: Path | None = None) -> tuple[Any, Any, Any]:
+                         vllm_base: Path | None = None) -> tuple[Any, Any, Any, Any]:
     """TRL's ``rollout_func`` for multi-turn GRPO: each of the G copies of a prompt is its own episode in its own
     session, a round's episodes generated in lockstep (``token_episodes``), in the trainer or, with ``vllm_base``, on
     a vLLM engine synced to the policy's weights once per optimizer step (``vllm_rollout.VLLMPolicy``: each step's
     context, observation tokens included, goes to it as token ids); the prompt names its task (TRL passes prompts
     only). A group whose G episodes all score the same is redrawn with a fresh task (``rollout.Refill``).
-    Also returns the counters: the ``Rollouts`` state (rollout seconds: generation and environment) and the
-    ``Refill`` (groups dropped per step)."""
+    Each episode's verdict goes to the env's reward function (TRL passes the ``verdict`` field on), which reuses it.
+    Also returns the counters: the ``Rollouts`` state (rollout seconds: generation and environment), the ``Refill``
+    (groups dropped per step) and the ``EpisodeStats``."""
     from flywheel.tasks.training.rewards import shaped
     from flywheel.tasks.training.rollout import Refill, Rollouts, distinct
 
@@ -203,32 +204,26 @@ def make_episode_rollout(tokenizer: Any, tasks: list[Task], seed: int, max_steps
 
         groups = filtering.run(first, path, generate)
         episodes = [(t, e) for t, group in groups for e in group]
-        out = {key: [e[key] for _, e in episodes] for key in ("prompt_ids", "completion_ids", "env_mask", "episode")}
+        stats.records += [e["episode"] for _, e in episodes]
+        out = {key: [e[key] for _, e in episodes] for key in ("prompt_ids", "completion_ids", "env_mask", "verdict")}
         return out | {"task": [t.model_dump_json() for t, _ in episodes], "logprobs": None}
 
-    return state.timed(rollout), state, filtering
+    stats = EpisodeStats()
+    return state.timed(rollout), state, filtering, stats
 
 
-class EpisodeReward:
-    """The reward of each episode (its session's verdict; None when the verifier could not judge it), in TRL's
-    reward-function form, and per-step counts for the log: episode length, tool-error rate, unsafe and answer rates."""
-
-    __name__ = "workplace_reward"
+class EpisodeStats:
+    """Per-step counts of the episodes GRPO trained on, for the log: episode length, tool-error and answer rates (the
+    env's reward function logs the invalid and unsafe shares itself)."""
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
-
-    def __call__(self, completions: list[Any], episode: list[dict[str, Any]], **_: Any) -> list[float | None]:
-        self.records += episode
-        return [e.get("train_reward", e["reward"]) for e in episode]
 
     def take(self) -> dict[str, float]:
         rs, self.records = self.records, []
         if not rs:
             return {}
         n, calls = len(rs), sum(r["calls"] for r in rs)
-        return {"train_invalid_rate": sum(not r["valid"] for r in rs) / n,
-                "train_unsafe_rate": sum(r["unsafe"] for r in rs) / n,
-                "episode_steps": sum(r["steps"] for r in rs) / n,
+        return {"episode_steps": sum(r["steps"] for r in rs) / n,
                 "tool_error_rate": sum(r["tool_errors"] for r in rs) / calls if calls else 0.0,
                 "answer_rate": sum(r["answered"] for r in rs) / n}

@@ -1,21 +1,9 @@
 """How far greedy decoding is from the reference answer: a smooth validation score for checkpoint selection.
 
-Why: at 0.96 validation success a 128-task slice has 5 failures, so greedy success moves by whole tasks and most
-checks tie; a tie then fell to the training reward, the same 0/1 outcome again. Three 12-step GRPO runs from one SFT
-tied the start on validation success at their kept checkpoints, which measured +0.010, +0.008 and -0.013 on 1,000
-held-out tasks. Teacher-forced margins of the reference answers read every task's distance from a flip instead: on
-the same 128 tasks their mean sigmoid put the two gaining runs' checkpoints above the start (z 2.2-3.9, paired) and
-the losing one below it (bench/RESULTS.md, "A smooth validation score").
-
-Contract:
-- ``reference_margins(model, tokenizer, tasks)``: per task, with the reference conversation teacher-forced
-  (``replay.encode``: the prompt as the rollouts render it, the reference completion and its end-of-sequence
-  token; multi-turn: the gold episode's assistant turns), the least over its scored tokens of the reference token's
-  logit minus the best other token's logit. Greedy decoding reproduces the reference exactly when the margin is
-  above 0 (a tie aside). The model runs in eval mode without gradients and is put back as it was; rows sharing a
-  prefix (system turn and tool catalog) run it once (``shared_prefix.parts``).
-- ``margin_score(margins)``: their mean sigmoid, in [0, 1]: 1 is every reference decoded with certainty, and a task
-  moving toward a flip lowers it before greedy success changes.
+Why: at high validation success a small slice has few failures, so greedy success moves by whole tasks and most
+checks tie (a tie then fell to the training reward, the same 0/1 outcome again). Teacher-forced margins of the
+reference answers read every task's distance from a flip instead, and ranked checkpoints that tied on success the
+way a large held-out eval did (bench/results/learning.md).
 """
 
 from __future__ import annotations
@@ -29,6 +17,12 @@ BATCH = 32  # rows a pass: the prefix sharing groups them within it
 
 
 def reference_margins(model: Any, tokenizer: Any, tasks: list[Task]) -> list[float]:
+    """Per task, with the reference conversation teacher-forced (``replay.encode``: the prompt as the rollouts render
+    it, the reference completion and its end-of-sequence token; multi-turn: the gold episode's assistant turns), the
+    least over its scored tokens of the reference token's logit minus the best other token's logit. Greedy decoding
+    reproduces the reference exactly when the margin is above 0 (a tie aside). The model runs in eval mode without
+    gradients and is put back as it was; rows sharing a prefix (system turn and tool catalog) run it once
+    (``shared_prefix.parts``)."""
     import torch
 
     from flywheel.tasks.training.replay import encode
@@ -49,6 +43,8 @@ def reference_margins(model: Any, tokenizer: Any, tasks: list[Task]) -> list[flo
 
 
 def margin_score(margins: list[float]) -> float:
+    """The margins' mean sigmoid, in [0, 1]: 1 is every reference decoded with certainty, and a task moving toward a
+    flip lowers it before greedy success changes."""
     return sum(1 / (1 + math.exp(-max(m, -50.0))) for m in margins) / len(margins)
 
 

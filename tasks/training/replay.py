@@ -1,30 +1,11 @@
 """SFT replay in GRPO: a supervised loss on reference answers of every train task, added to each GRPO update.
 
 Why: GRPO trains on the curriculum's mixed tasks only, and its updates move decisions shared with tasks it never
-sees: from a 0.55-epoch SFT adapter, GRPO broke 13 held-out tasks on tools rare among its training tasks
-(``chat.post_message`` -> ``email.send``, ``company`` -> ``name``), and a KL term on the training prompts did not
-stop it at beta 0.1 or 1.0 (bench/RESULTS.md). A KL only sees the prompts GRPO trains on; replaying reference
-answers of every tool keeps what SFT taught on the others. InstructGPT's PPO-ptx mixes pretraining gradients
-into PPO for the same reason.
-
-Contract:
-- ``Replay(tokenizer, tasks, seed, rows, weight, shared)``: ``nll(model, step, parts)`` draws this step's ``rows``
-  tasks from ``tasks`` under a seed of (seed, step) (the same draw on a resumed run). Each of the step's ``parts``
-  accumulation passes owns a share (pass k: rows k, k + parts, ...) and its term is the mean token negative
-  log-likelihood of its rows' reference completions under ``model``: the prompt rendered as the rollouts render it,
-  the completion the reference answer and its end-of-sequence token, the loss on the completion tokens only
-  (multi-turn: the gold episode's assistant turns, ``episodes.sft_row``); the LM head runs on those tokens only
-  (``completion_nll``: the same value as the model's own loss). The step's first pass runs every row at once and
-  returns the sum of the terms (the later passes return 0: the step's gradient is the same sum), so with ``shared``
-  (the default) the rows of one domain's catalog, whichever pass owns them, run their common prefix (system turn
-  and tools) once (``shared_prefix.prefix_nll``): one pass per share repeated it for rows of different domains.
-  ``take()`` gives the step's mean of the terms as ``replay_nll``.
-- ``same_tools(pool, trained)``: the pool's tasks calling a tool the trained tasks call (``--replay-focus
-  tools``): GRPO on a few failures moves those tools' decisions both ways (trained to find a contact by ``name``, it
-  starts to use ``name`` for companies too); replaying those tools' other answers holds the other side.
-- ``replay_trainer(cls, replay)`` is TRL's GRPO trainer class with ``weight * nll / parts`` added to each pass's
-  loss (TRL scales its own loss per accumulation pass the same way), so the step's gradient is GRPO's plus
-  ``weight`` times the replay NLL's.
+sees: it broke held-out tasks on tools rare among its training tasks, and a KL term on the training prompts did not
+stop it (bench/results/learning.md). A KL only sees the prompts GRPO trains on; replaying reference answers of
+every tool keeps what SFT taught on the others. InstructGPT's PPO-ptx mixes pretraining gradients into PPO for the
+same reason. ``Replay`` draws and scores the rows, ``replay_trainer`` adds its loss to TRL's GRPO trainer, and
+``same_tools`` narrows the pool (``--replay-focus tools``).
 """
 
 from __future__ import annotations
@@ -46,7 +27,9 @@ REPLAY_STREAM = 7  # the replay draws' own seed stream, apart from the rollouts'
 
 
 def same_tools(pool: list[Task], trained: list[Task]) -> list[Task]:
-    """The tasks of ``pool`` that call a tool one of ``trained`` calls (reference calls)."""
+    """The tasks of ``pool`` that call a tool one of ``trained`` calls (reference calls). GRPO on a few failures moves
+    those tools' decisions both ways (trained to find a contact by ``name``, it starts to use ``name`` for companies
+    too); replaying those tools' other answers holds the other side."""
     tools = {c.tool for t in trained for c in t.reference.calls}
     chosen = [t for t in pool if tools & {c.tool for c in t.reference.calls}]
     if not chosen:
@@ -91,6 +74,16 @@ def completion_nll(model: Any, ids: Any, attention: Any, labels: Any, per_row: b
 
 
 class Replay:
+    """``nll(model, step, parts)`` draws this step's ``rows`` tasks from ``tasks`` under a seed of (seed, step) (the
+    same draw on a resumed run). Each of the step's ``parts`` accumulation passes owns a share (pass k: rows k,
+    k + parts, ...) and its term is the mean token negative log-likelihood of its rows' reference completions under
+    ``model``: the prompt rendered as the rollouts render it, the completion the reference answer and its
+    end-of-sequence token, the loss on the completion tokens only (multi-turn: the gold episode's assistant turns,
+    ``episodes.sft_row``); the LM head runs on those tokens only (``completion_nll``: the same value as the model's own
+    loss). The step's first pass runs every row at once and returns the sum of the terms (the later passes return 0:
+    the step's gradient is the same sum), so with ``shared`` (the default) the rows of one domain's catalog, whichever
+    pass owns them, run their common prefix (system turn and tools) once (``shared_prefix.prefix_nll``). ``take()``
+    gives the step's mean of the terms as ``replay_nll``."""
     def __init__(self, tokenizer: Any, tasks: list[Task], seed: int, rows: int, weight: float,
                  shared: bool = True) -> None:
         self.tokenizer, self.pool, self.seed, self.shared = tokenizer, sorted(tasks, key=lambda t: t.id), seed, shared
@@ -141,8 +134,11 @@ def padded(rows: list[tuple[list[int], list[int]]], pad: int, device: Any) -> tu
     return ids, attention, labels
 
 
-def replay_trainer(cls: type, replay: Replay) -> type:
-    class ReplayGRPOTrainer(cls):  # type: ignore[misc, valid-type]
+def replay_trainer(cls: type[Any], replay: Replay) -> type:
+    """TRL's GRPO trainer class ``cls`` with ``weight * nll / parts`` added to each pass's loss (TRL scales its own
+    loss per accumulation pass the same way), so the step's gradient is GRPO's plus ``weight`` times the replay
+    NLL's."""
+    class ReplayGRPOTrainer(cls):
 
         def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:

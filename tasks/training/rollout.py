@@ -1,30 +1,12 @@
 """GRPO rollouts through the project's generation path, as TRL's ``rollout_func``, with online difficulty filtering.
 
 Why not TRL's own transformers path: it left-pads the G copies of each prompt and prefills every copy (G times the
-prompt's compute); its generation config cannot share a prefix, and its vLLM
-modes need a vLLM that runs beside the trainer (on this CPU vLLM is slower than transformers, see README).
-TRL has no online filtering either: a group whose G rewards are all equal has zero advantage and teaches nothing,
-yet TRL trains on it.
-
-Contract:
-- ``make_rollout(tokenizer, tasks, seed, prefix_cache, refill, reward, threshold)`` returns ``(rollout, state)``.
-  ``rollout(prompts, trainer)`` gets TRL's per-process slice (each prompt repeated G times in a row by TRL's
-  sampler); each prompt is rendered with the chat template exactly as evaluation renders it (``HFChatModel.encode``),
-  the G copies of one prompt share one prefill (``prefix_cache.prepare``), and every completion stops at its
-  end-of-sequence token, which it keeps so the policy learns to stop. Sampling uses the trainer's temperature, top-p
-  and max completion length under seeds derived from (seed, global step, call, redraw), so a resumed run samples what
-  the uninterrupted one did. Returns TRL's ``{"prompt_ids", "completion_ids", "logprobs": None}`` (None: TRL computes
-  the log-probs in its forward pass) plus ``task`` and ``verdict`` per completion, which the reward function reads.
-- ``Refill`` (online difficulty filtering): after a round, each group whose valid rewards are all equal (or fewer
-  than two valid) is dropped and replaced by the group of a fresh train task, drawn under a seed of (seed, step,
-  call, group, redraw), up to ``refill`` times per group; a group still flat after that is kept (TRL gives it zero
-  advantage). ``take()`` gives per step ``groups``, ``groups_dropped`` (replaced) and ``groups_flat`` (kept flat).
-- Each sample's "reward" is the one GRPO trains on (``rewards.train_reward``, ``TrainConfig.reward``), so online
-  filtering calls a group flat when its training rewards are.
-- ``Rollouts`` is what every rollout function shares: the trained model wrapped once per model object, the seed path
-  of each call and the seconds spent in rollouts per step (``take()``: ``rollout_s``, so a step's time splits into
-  rollout and update); with rollouts on vLLM, ``check_engine(model, step)`` lends the synced engine to the periodic
-  checks (an eval's cost on vLLM instead of a transformers pass over the slice).
+prompt's compute); its generation config cannot share a prefix, and its vLLM modes need a vLLM that runs beside
+the trainer. TRL has no online filtering either: a group whose G rewards are all equal has zero advantage and
+teaches nothing, yet TRL trains on it. ``make_rollout`` builds the rollout function, ``Refill`` does the filtering
+and ``Rollouts`` holds what every rollout function shares. Each sample's "reward" is the one GRPO trains on
+(``rewards.train_reward``, ``TrainConfig.reward``), so online filtering calls a group flat when its training
+rewards are.
 """
 
 from __future__ import annotations
@@ -53,6 +35,10 @@ def prompt(task: Task) -> list[dict[str, str]]:
 
 
 class Rollouts:
+    """What every rollout function shares: the trained model wrapped once per model object, the seed path of each call
+    and the seconds spent in rollouts per step (``take()``: ``rollout_s``, so a step's time splits into rollout and
+    update); with rollouts on vLLM, ``check_engine(model, step)`` lends the synced engine to the periodic checks (an
+    eval's cost on vLLM instead of a transformers pass over the slice)."""
     def __init__(self, tokenizer: Any, seed: int, prefix_cache: bool, vllm_base: Path | None = None) -> None:
         self.tokenizer, self.seed, self.prefix_cache, self.vllm_base = tokenizer, seed, prefix_cache, vllm_base
         self.calls: dict[int, int] = {}
@@ -118,6 +104,10 @@ def has_signal(rewards: Sequence[float | None]) -> bool:
 
 
 class Refill:
+    """Online difficulty filtering: after a round, each group whose valid rewards are all equal (or fewer than two
+    valid) is dropped and replaced by the group of a fresh train task, drawn under a seed of (seed, step, call, group,
+    redraw), up to ``refill`` times per group; a group still flat after that is kept (TRL gives it zero advantage).
+    ``take()`` gives per step ``groups``, ``groups_dropped`` (replaced) and ``groups_flat`` (kept flat)."""
     def __init__(self, pool: list[Task], refill: int) -> None:
         self.pool, self.refill = sorted(pool, key=lambda t: t.id), refill
         self.groups = self.dropped = self.flat = 0
@@ -154,6 +144,14 @@ def distinct(prompts: list[Any], by_prompt: dict[str, Task]) -> tuple[list[Task]
 def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: bool = True, refill: int = 0,
                  reward: RewardKind = "verifier", threshold: float = 1.0,
                  vllm_base: Path | None = None) -> tuple[Callable[..., Any], Rollouts, Refill]:
+    """``(rollout, state, refill)``. ``rollout(prompts, trainer)`` gets TRL's per-process slice (each prompt repeated G
+    times in a row by TRL's sampler); each prompt is rendered with the chat template exactly as evaluation renders it
+    (``HFChatModel.encode``), the G copies of one prompt share one prefill (``prefix_cache.prepare``), and every
+    completion stops at its end-of-sequence token, which it keeps so the policy learns to stop. Sampling uses the
+    trainer's temperature, top-p and max completion length under seeds derived from (seed, global step, call, redraw),
+    so a resumed run samples what the uninterrupted one did. Returns TRL's ``{"prompt_ids", "completion_ids",
+    "logprobs": None}`` (None: TRL computes the log-probs in its forward pass) plus ``task`` and ``verdict`` per
+    completion, which the reward function reads."""
     from flywheel.verifiers.envs import get_env
 
     by_prompt = {json.dumps(prompt(t)): t for t in tasks}
@@ -172,7 +170,7 @@ def make_rollout(tokenizer: Any, tasks: list[Task], seed: int, prefix_cache: boo
                 samples = []
                 for p, c in zip(prompt_ids[k * g:(k + 1) * g], ids[k * g:(k + 1) * g]):
                     verdict = get_env(task.env).verify(task, tokenizer.decode(c, skip_special_tokens=True))
-                    samples.append({"prompt_ids": p, "completion_ids": c, "verdict": verdict.model_dump_json(),
+                    samples.append({"prompt_ids": p, "completion_ids": c, "verdict": verdict,
                                     "reward": train_reward(verdict, reward, threshold)})
                 out.append(samples)
             return out

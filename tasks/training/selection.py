@@ -1,24 +1,9 @@
 """Checkpoint selection on a validation slice the gate never sees, and the flags of a training going wrong.
 
-Contract:
-- The validation slice is the last ``n`` train tasks by id (``train.load_tasks``; never trained on); the periodic
-  checks run on it (keys ``val_*``), so the gate's held-out tasks never choose a checkpoint.
-- ``Best(folder)``: ``keep(step, metrics, model)`` saves the model's adapter to ``folder/best-<step>`` (a temp
-  folder renamed in) and then lists it in ``folder/best.json`` when its validation success, then its margin score
-  (``val_margin``, ``margins.py``; the reward for a check without one), matches or beats the best so far;
-  ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from (the best before it is
-  the best again); ``install(adapter)`` replaces the final adapter with the best one. Over full SFT a 128-task
-  slice reads GRPO's +0.01 and -0.013 on 1,000 held-out tasks as success ties (RESULTS.md): the margin score ranks
-  them. The later checkpoint wins an exact tie, a lower score at equal success does not; training checks the start
-  adapter first, as step 0 (``TrainLog``), so the start adapter is the result only when every later check reads
-  below it. The gate's paired test of GRPO against its SFT parent then decides which of the two is promoted.
-- ``drift_flags(rows, at_end)``: at a check row (validation, or held-out without a validation slice) and at the
-  last step (``at_end``, so a run without checks is flagged too), what went wrong since the previous check or the
-  first step:
-  ``reward_up_validation_down`` (the training reward rose while validation success fell; after the start's own check,
-  step 0, the first half of the steps since against the second), ``length_blowup`` (mean completion length more than
-  doubled since the first training steps; a check-only row is no step), ``format_drift`` (the invalid-output rate
-  rose by more than 0.1 on the checks or 0.2 in training). Each flag is ``{"flag", "step", "detail"}``.
+The validation slice is the last ``n`` train tasks by id (``train.load_tasks``; never trained on); the periodic
+checks run on it (keys ``val_*``), so the gate's held-out tasks never choose a checkpoint. ``Best`` keeps the
+checks that beat every earlier one, each with its adapter; ``drift_flags`` says what went wrong since the previous
+check. The gate's paired test of GRPO against its SFT parent then decides which of the two is promoted.
 """
 
 from __future__ import annotations
@@ -37,7 +22,15 @@ from flywheel.tasks.inference.models import UNREAD
 class Best:
     """The validation checks that beat every earlier one, each with its adapter (``best-<step>/``), listed in
     ``best.json``; the last is the best. Earlier bests stay on disk, so a run resumed from a checkpoint before the
-    latest best falls back to the best it had at that checkpoint, as the uninterrupted run did."""
+    latest best falls back to the best it had at that checkpoint, as the uninterrupted run did.
+
+    ``keep(step, metrics, model)`` saves the adapter (a temp folder renamed in) and then lists it when its validation
+    success, then its margin score (``val_margin``, ``margins.py``; the reward for a check without one), matches or
+    beats the best so far: a small slice reads small held-out differences as success ties, and the margin score ranks
+    them. The later checkpoint wins an exact tie, a lower score at equal success does not; training checks the start
+    adapter first, as step 0 (``TrainLog``), so the start adapter is the result only when every later check reads below
+    it. ``drop_after(step)`` forgets the bests from after the checkpoint a resumed run starts from;
+    ``install(adapter)`` replaces the final adapter with the best one."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -138,6 +131,12 @@ def _reward_windows(rows: list[dict[str, Any]], prev: int) -> tuple[float | None
 
 
 def drift_flags(rows: list[dict[str, Any]], at_end: bool = False) -> list[dict[str, Any]]:
+    """At a check row (validation, or held-out without a validation slice) and at the last step (``at_end``, so a run
+    without checks is flagged too), what went wrong since the previous check or the first step, each flag
+    ``{"flag", "step", "detail"}``: ``reward_up_validation_down`` (the training reward rose while validation success
+    fell; after the start's own check, step 0, the first half of the steps since against the second),
+    ``length_blowup`` (mean completion length more than doubled since the first training steps; a check-only row is no
+    step), ``format_drift`` (the invalid-output rate rose by more than 0.1 on the checks or 0.2 in training)."""
     last = rows[-1]
     prefix = "val" if "val_success" in last else "heldout" if "heldout_success" in last else None
     if prefix is None and not at_end:

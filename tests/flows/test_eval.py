@@ -210,6 +210,7 @@ def test_eval_runs_workplace_agent_episodes(model_server, tmp_path, prefect_api)
     assert summary.metrics["correct_tool_rate"].n == 2
 
 
+@pytest.mark.integration
 def test_eval_bad_options_fail_with_what_to_fix(tmp_path) -> None:
     result = runner.invoke(app, ["eval", "--out", str(tmp_path / "o"), "--dataset", str(tmp_path)])
     assert result.exit_code == 1 and "not a published version folder" in result.output

@@ -107,7 +107,8 @@ def test_runs_on_a_given_dask_scheduler_and_publishes_an_artifact(tmp_path) -> N
 
 def test_the_local_dask_cluster_leaves_this_process_environment_as_it_found_it(monkeypatch) -> None:
     """Dask's nanny sets OMP_NUM_THREADS=1 (and more) for its workers in the parent's os.environ; a vLLM worker or
-    a torch imported after the dataset flow inherited it and ran on one thread (bench/RESULTS.md)."""
+    a torch imported after the dataset flow inherited it and ran on one thread
+    (bench/results/throughput.md#vllm-after-dask)."""
     from flywheel.flows.runtime import dask_client
 
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_",

@@ -264,7 +264,7 @@ def _check_workplace_run(out: Path, summary: dict) -> None:
     # two prompts a step, one group per forward/backward pass (gradient accumulation); at most one redraw each
     assert grpo[0]["groups"] == 2 and grpo[0]["groups_dropped"] <= 2
     config = json.loads((out / "grpo" / "train_config.json").read_text())
-    assert [config[k] for k in ("micro_batch", "learning_rate", "eval_interval")] == [2, 5e-5, 1]
+    assert [config[k] for k in ("micro_batch", "learning_rate", "check_interval")] == [2, 5e-5, 1]
     # curriculum both: one greedy answer per task (2 here) and 4 samples each; GRPO on the tasks either picks
     curriculum = pl.read_parquet(out / "curriculum" / "per_task.parquet")
     sampled = pl.read_parquet(out / "curriculum-sampled" / "per_task.parquet")

@@ -23,7 +23,8 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "run", "--out", str(out), "--seed", "1", "--n", "60",
            "--eval-limit", "6", "--sft-steps", "2", "--grpo-steps", "1", "--num-generations", "2",
            "--max-tokens", "24", "--train-limit", "8", "--refill", "0", "--curriculum-samples", "2",
-           "--curriculum-tasks", "4", "--capability-tasks", "2", "--capability-env", "math", "--grpo-replay", "0.5",
+           "--curriculum-tasks", "4", "--capability-tasks", "2", "--capability-env", "math",
+           "--grpo-replay-weight", "0.5",
            "--grpo-replay-focus", "tools", "--grpo-replay-rows", "3", "--check-interval", "1",
            "--validation-tasks", "2"]  # two checks (steps 0 and 1) of 2 tasks: selection runs, checks cost little
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -45,7 +46,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     assert grpo_config["reward"] == "success"  # the loop trains on what the gate counts (RunConfig.grpo_reward)
     assert grpo_config["replay_weight"] == 0.5 and sft_config["replay_weight"] == 0  # GRPO replays SFT's answers
     assert grpo_config["replay_focus"] == "tools"  # of the tasks calling the tools GRPO's tasks call
-    assert grpo_config["replay_rows"] == 3 and grpo_config["eval_interval"] == 1
+    assert grpo_config["replay_rows"] == 3 and grpo_config["check_interval"] == 1
     assert grpo_config["skip_tasks"] == (str(out / "curriculum" / "per_task.parquet") if mixed else None)
     assert list(summary["evals"]) == ["baseline", "after SFT", "after GRPO"]
     keys = []

@@ -118,3 +118,11 @@ def test_no_module_outside_the_envs_branches_on_an_env_name() -> None:
             if lines:
                 found[str(path.relative_to(ROOT))] = lines
     assert found == {}, f"ask the env's spec (flywheel.verifiers.envs.get_env) instead: {found}"
+
+
+def test_versions_say_what_changed() -> None:
+    from flywheel.verifiers.envs.cli import cli
+    from flywheel.verifiers.envs.tool_call import tool_call
+    from flywheel.verifiers.envs.workplace import workplace
+
+    assert (tool_call.VERSION, workplace.VERSION, cli.VERSION) == ("1.5.0", "1.4.0", "1.6.0")

@@ -57,6 +57,7 @@ def test_judge_endpoint_answering_errors_is_judge_failed(restore_config) -> None
     assert (verdict.valid, verdict.failure_class) == (False, "judge_failed") and "HTTP 404" in verdict.details
 
 
+@pytest.mark.integration
 def test_score_cli_needs_a_judge_endpoint(tmp_path) -> None:
     rows = tmp_path / "rollouts.jsonl"
     rows.write_text(json.dumps({"task": TASK.model_dump(mode="json"), "completion": "Paris"}) + "\n")

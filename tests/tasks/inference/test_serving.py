@@ -1,5 +1,5 @@
 """`flywheel serve`'s request model as the prompt renderer reads it (pure; the server itself is in
-tests/hostile/test_hostile_chat_server.py)."""
+tests/tasks/inference/test_chat_server.py)."""
 
 from __future__ import annotations
 

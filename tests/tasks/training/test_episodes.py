@@ -75,7 +75,7 @@ def test_trl_builds_the_labels_from_the_mask(workplace_dataset, tmp_path, tokeni
     from flywheel.tasks.inference.models import load_causal_lm, resolve_model
     from flywheel.tasks.training.train import TrainConfig, _trainer, load_tasks
 
-    config = TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "labels"), method="sft", limit=2)
+    config = TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "labels"), method="sft", train_limit=2)
     model, _ = load_causal_lm(resolve_model(None))
     tasks = load_tasks(config, "train")
     trainer = _trainer(config, model, tokenizer, tasks, {"output_dir": str(tmp_path / "c"), "use_cpu": True,
@@ -174,8 +174,8 @@ def test_a_killed_multi_turn_grpo_run_resumes_from_its_checkpoint(workplace_data
     split into rollout (generation + environment) and update."""
     out = tmp_path / "grpo"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "train", "--dataset", workplace_dataset, "--out", str(out),
-           "--method", "grpo", "--max-steps", "3", "--save-steps", "1", "--batch-size", "2", "--num-generations",
-           "2", "--limit", "2", "--eval-limit", "1", "--eval-interval", "100", "--max-completion-length", "16",
+           "--method", "grpo", "--steps", "3", "--save-steps", "1", "--batch-size", "2", "--num-generations",
+           "2", "--train-limit", "2", "--eval-limit", "1", "--check-interval", "100", "--max-tokens", "16",
            "--refill", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 400

@@ -13,7 +13,6 @@ from flywheel.schemas import Task, Verdict
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.training.rewards import shaped, train_reward
 from flywheel.tasks.training.rollout import has_signal
-from flywheel.tasks.training.train_log import VerifierReward
 from flywheel.verifiers.envs import get_env
 
 
@@ -66,8 +65,11 @@ def test_the_trainers_reward_function_gives_the_training_reward(optional_arg_tas
     answers = _answers(task, arg)
     completions = [[{"role": "assistant", "content": answers[k]}] for k in ("full", "left_out", "malformed")]
     rows = [task.model_dump_json()] * 3
-    assert VerifierReward("tool_call", 1.0, "success")(completions, rows) == [1.0, 0.0, -1.0]
-    assert VerifierReward("tool_call", 1.0)(completions, rows)[1] >= 0.8  # the default stays the verifier's own
+    reward = get_env("tool_call").reward_fn  # what GRPO calls; the GRPO rows' columns choose the shaping
+    assert reward(completions, rows, reward_kind=["success"] * 3, success_threshold=[1.0] * 3) == [1.0, 0.0, -1.0]
+    assert reward(completions, rows)[1] >= 0.8  # the default stays the verifier's own
+    verdicts = [Verdict(reward=0.5, valid=True, verifier="tool_call", verifier_version="1")] * 3
+    assert reward(completions, rows, verdict=verdicts) == [0.5] * 3  # a rollout's verdicts are reused, not redone
 
 
 def test_a_check_of_more_than_100_tasks_reads_a_failure_first_seen_after_the_100th(optional_arg_task) -> None:

@@ -20,7 +20,8 @@ from flywheel.flows.cli import app
 from flywheel.schemas import Task
 from flywheel.tasks.data.validate import reference_completion
 from flywheel.tasks.training.train import TrainConfig, checkpoint_complete, grpo_rows, last_checkpoint, sft_rows
-from flywheel.tasks.training.train_log import VerifierReward, trim_log
+from flywheel.tasks.training.train_log import trim_log
+from flywheel.verifiers.envs import get_env
 
 runner = CliRunner()
 
@@ -45,16 +46,17 @@ def test_rows_use_the_eval_prompt_and_the_reference_answer(dataset) -> None:
     assert Task.model_validate_json(grpo[1]["task"]) == tasks[1]
 
 
-def test_verifier_reward_scores_and_counts_invalid_and_unsafe(dataset) -> None:
+def test_the_env_reward_function_scores_and_logs_invalid_and_unsafe_shares(dataset) -> None:
     tasks = _tasks(dataset, 3)
-    reward = VerifierReward("tool_call", 1.0)
+    reward, logged = get_env("tool_call").reward_fn, []
     completions = [[{"role": "assistant", "content": reference_completion(tasks[0])}],
                    [{"role": "assistant", "content": "I think you want a meeting."}],
                    [{"role": "assistant", "content": reference_completion(tasks[2])}]]
-    assert reward(completions, [t.model_dump_json() for t in tasks]) == [1.0, -1.0, 1.0]
+    rows = grpo_rows(tasks)
+    assert reward(completions, [r["task"] for r in rows], reward_kind=[r["reward_kind"] for r in rows],
+                  log_metric=lambda name, value: logged.append((name, value))) == [1.0, -1.0, 1.0]
     assert reward.__name__ == "tool_call_reward"
-    assert reward.take() == {"train_invalid_rate": pytest.approx(1 / 3), "train_unsafe_rate": 0.0}
-    assert reward.take() == {}  # counts start again after each logging step
+    assert dict(logged) == {"train_invalid_rate": pytest.approx(1 / 3), "train_unsafe_rate": 0.0}
 
 
 def test_trim_log_drops_steps_after_the_checkpoint_and_torn_lines(tmp_path) -> None:
@@ -65,19 +67,23 @@ def test_trim_log_drops_steps_after_the_checkpoint_and_torn_lines(tmp_path) -> N
 
 
 def test_an_out_folder_belongs_to_one_training_config(dataset, tmp_path) -> None:
-    from flywheel.tasks.training.train import _claim
+    from flywheel.tasks.training.outputs import claim as _claim
 
-    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))
-    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))  # the same run: resume is fine
+    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), steps=4))
+    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), steps=4))  # the same run: resume is fine
     with pytest.raises(ValueError, match="other options"):
-        _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=5))
+        _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), steps=5))
     saved = json.loads((tmp_path / "train_config.json").read_text())
     del saved["replay_focus"]  # saved before the option existed: it ran with what is now its default
     (tmp_path / "train_config.json").write_text(json.dumps(saved))
-    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))
-    (tmp_path / "train_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "max_steps"}))
+    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), steps=4))
+    # recorded under the options' old names (--max-steps, --max-completion-length): the same run
+    old_names = {{"steps": "max_steps", "max_tokens": "max_completion_length"}.get(k, k): v for k, v in saved.items()}
+    (tmp_path / "train_config.json").write_text(json.dumps(old_names))
+    _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), steps=4))
+    (tmp_path / "train_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "steps"}))
     with pytest.raises(ValueError, match="other options"):  # a missing option whose value is not the default
-        _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), max_steps=4))
+        _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), steps=4))
 
 
 def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
@@ -123,10 +129,10 @@ def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
 @pytest.mark.slow
 def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp_path, prefect_api) -> None:
     reg = tmp_path / "reg"
-    common = ["--dataset", dataset, "--limit", "8", "--eval-limit", "4", "--max-completion-length", "24",
+    common = ["--dataset", dataset, "--train-limit", "8", "--eval-limit", "4", "--max-tokens", "24",
               "--registry", str(reg)]
-    sft = runner.invoke(app, ["train", "--out", str(tmp_path / "sft"), "--method", "sft", "--max-steps", "2",
-                              "--batch-size", "2", "--eval-interval", "1", *common])
+    sft = runner.invoke(app, ["train", "--out", str(tmp_path / "sft"), "--method", "sft", "--steps", "2",
+                              "--batch-size", "2", "--check-interval", "1", *common])
     assert sft.exit_code == 0, sft.output
     rows = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all("heldout_success" in r and r["loss"] > 0 for r in rows)
@@ -134,8 +140,9 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
     grpo = runner.invoke(app, ["train", "--out", str(tmp_path / "grpo"), "--method", "grpo", "--loss-type", "gspo",
                                "--scale-rewards", "none", "--model", str(tmp_path / "sft" / "adapter"),
                                "--parent", sft_version["id"],
-                               "--max-steps", "2", "--batch-size", "4", "--num-generations", "2",
-                               "--eval-interval", "1", "--validation", "2", "--refill", "1", "--reward", "success",
+                               "--steps", "2", "--batch-size", "4", "--num-generations", "2",
+                               "--check-interval", "1", "--validation-tasks", "2", "--refill", "1",
+                               "--reward", "success",
                                *common])
     assert grpo.exit_code == 0, grpo.output
     rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
@@ -178,8 +185,8 @@ def test_sft_then_grpo_log_heldout_checks_and_register_with_lineage(dataset, tmp
 def test_killed_training_resumes_from_its_last_checkpoint(dataset, tmp_path) -> None:
     out = tmp_path / "k"
     cmd = [sys.executable, "-m", "flywheel.flows.cli", "train", "--dataset", dataset, "--out", str(out),
-           "--method", "sft", "--max-steps", "4", "--batch-size", "2", "--save-steps", "1", "--eval-interval", "100",
-           "--eval-limit", "2", "--max-completion-length", "8", "--limit", "8"]
+           "--method", "sft", "--steps", "4", "--batch-size", "2", "--save-steps", "1", "--check-interval", "100",
+           "--eval-limit", "2", "--max-tokens", "8", "--train-limit", "8"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 400
     while not checkpoint_complete(out / "checkpoints" / "checkpoint-2") and time.time() < deadline:
@@ -212,13 +219,13 @@ def test_the_same_seed_and_data_give_byte_identical_adapters(dataset, tmp_path) 
     from flywheel.tasks.training.train import train
 
     def both(root: Path) -> list[bytes]:
-        common = {"dataset": dataset, "limit": 4, "eval_interval": 0, "eval_limit": 1, "max_completion_length": 8,
+        common = {"dataset": dataset, "train_limit": 4, "check_interval": 0, "eval_limit": 1, "max_tokens": 8,
                   "save_steps": 100}
-        sft = train(TrainConfig(out=str(root / "sft"), method="sft", max_steps=2, batch_size=2,
+        sft = train(TrainConfig(out=str(root / "sft"), method="sft", steps=2, batch_size=2,
                                 lora_targets="all-linear", **common))
         targets = json.loads((Path(sft["adapter"]) / "adapter_config.json").read_text())["target_modules"]
         assert {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= set(targets)
-        grpo = train(TrainConfig(out=str(root / "grpo"), method="grpo", model=sft["adapter"], max_steps=1,
+        grpo = train(TrainConfig(out=str(root / "grpo"), method="grpo", model=sft["adapter"], steps=1,
                                  batch_size=2, num_generations=2, refill=1, replay_weight=0.5, replay_rows=2,
                                  **common))  # the replay's draws are seeded too
         assert "replay_nll" in grpo["history"][0]
@@ -265,8 +272,8 @@ def test_grpo_from_the_base_model_is_seeded_and_makes_no_reference_or_old_policy
 
     def grpo(root: Path) -> bytes:
         result = train_mod.train(TrainConfig(
-            dataset=dataset, out=str(root), method="grpo", max_steps=1, batch_size=2, micro_batch=1,
-            num_generations=2, refill=0, limit=4, eval_interval=0, eval_limit=1, max_completion_length=8,
+            dataset=dataset, out=str(root), method="grpo", steps=1, batch_size=2, micro_batch=1,
+            num_generations=2, refill=0, train_limit=4, check_interval=0, eval_limit=1, max_tokens=8,
             save_steps=100))
         return (Path(result["adapter"]) / "adapter_model.safetensors").read_bytes()
 
@@ -280,6 +287,37 @@ def test_grpo_from_the_base_model_is_seeded_and_makes_no_reference_or_old_policy
     assert passes == [True] * 4, passes  # 2 runs x 1 step x 2 accumulation passes, each with gradients
 
 
+@pytest.mark.slow
+def test_grpo_calls_the_env_own_reward_function_with_the_rollout_verdicts(dataset, tmp_path, monkeypatch) -> None:
+    """One reward path: GRPO's reward is what the env declares as ``reward_fn`` (here an env whose reward function
+    records its calls), called by TRL with the rollout's Verdict objects (no JSON round trip) and the run's reward
+    shaping; the step's logged reward is the mean of what it returned."""
+    import dataclasses
+
+    import flywheel.tasks.training.train as train_mod
+    from flywheel.schemas import Verdict
+
+    spec, calls = get_env("tool_call"), []
+
+    def recording_reward(completions, task, **kw):
+        rewards = spec.reward_fn(completions, task, **kw)
+        calls.append((kw, rewards))
+        return rewards
+
+    own = dataclasses.replace(spec, reward_fn=recording_reward)
+    monkeypatch.setattr(train_mod, "get_env", lambda name: own if name == "tool_call" else get_env(name))
+    train_mod.train(TrainConfig(dataset=dataset, out=str(tmp_path), method="grpo", steps=1, batch_size=4,
+                                num_generations=4, refill=0, train_limit=4, check_interval=0, eval_limit=1,
+                                max_tokens=8, save_steps=100, reward="success"))
+    assert len(calls) == 1, "TRL called the env's reward function once for the step"
+    kw, rewards = calls[0]
+    assert len(kw["verdict"]) == 4 and all(isinstance(v, Verdict) for v in kw["verdict"])
+    assert kw["reward_kind"] == ["success"] * 4 and set(rewards) <= {-1.0, 0.0, 1.0}
+    step = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert step["reward"] == pytest.approx(sum(rewards) / 4) and "train_invalid_rate" in step
+
+
+@pytest.mark.integration  # loads the embedded model
 def test_the_fused_lm_head_scores_only_labelled_positions_with_the_same_loss(monkeypatch) -> None:
     """On CPU, TRL's fused LM head scored every position (prompt included) and masked the loss afterwards; after
     score_labelled_positions_only() it projects only the labelled positions, as on GPUs: the same loss, log-probs
@@ -330,12 +368,12 @@ def test_grpo_with_a_kl_term_anchors_on_the_start_adapter_not_the_base(dataset, 
     trained one: what it was trained on does not matter here."""
     from flywheel.tasks.training.train import train
 
-    common = {"dataset": dataset, "limit": 4, "eval_interval": 0, "eval_limit": 1, "max_completion_length": 16,
+    common = {"dataset": dataset, "train_limit": 4, "check_interval": 0, "eval_limit": 1, "max_tokens": 16,
               "save_steps": 100}
     adapter = lora_adapter(tmp_path / "start", seed=6)
-    grpo = train(TrainConfig(out=str(tmp_path / "grpo"), method="grpo", model=str(adapter), max_steps=1,
-                             batch_size=2, num_generations=2, refill=0, beta=0.5, **common | {"eval_interval": 1},
-                             validation=2))  # checkpoint selection too: the best checkpoint is saved and installed
+    grpo = train(TrainConfig(out=str(tmp_path / "grpo"), method="grpo", model=str(adapter), steps=1,
+                             batch_size=2, num_generations=2, refill=0, beta=0.5, **common | {"check_interval": 1},
+                             validation_tasks=2))  # checkpoint selection too: the best checkpoint saved and installed
     start, step = grpo["history"]  # step 0: the start adapter's validation check, the first best
     assert step["kl"] == pytest.approx(0.0, abs=1e-6), "the reference is not the start policy"
     assert start["step"] == 0 and start["best"] is True
@@ -356,12 +394,12 @@ def test_grpo_replay_trains_the_reference_answers_of_tasks_grpo_never_sees(datas
     from flywheel.tasks.training.replay import Replay, completion_nll, encode
     from flywheel.tasks.training.train import load_tasks, train
 
-    config = TrainConfig(dataset=dataset, out=str(tmp_path / "grpo"), method="grpo", limit=2, validation=2,
-                         max_steps=2, batch_size=4, num_generations=2, micro_batch=2, refill=0, reward="success",
-                         learning_rate=1e-3, eval_interval=0, eval_limit=1, max_completion_length=8, save_steps=100,
+    config = TrainConfig(dataset=dataset, out=str(tmp_path / "grpo"), method="grpo", train_limit=2, validation_tasks=2,
+                         steps=2, batch_size=4, num_generations=2, micro_batch=2, refill=0, reward="success",
+                         learning_rate=1e-3, check_interval=0, eval_limit=1, max_tokens=8, save_steps=100,
                          replay_weight=1.0, replay_rows=4)
     grpo_tasks = {t.id for t in load_tasks(config, "train")}
-    pool = load_tasks(config.model_copy(update={"limit": None}), "train")
+    pool = load_tasks(config.model_copy(update={"train_limit": None}), "train")
     unseen = [t for t in pool if t.id not in grpo_tasks]
     validation = {t.id for t in load_tasks(config, "validation")}
     base, tokenizer = load_causal_lm(resolve_model(None))

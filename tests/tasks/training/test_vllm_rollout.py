@@ -23,6 +23,7 @@ def _tasks(dataset: str, n: int) -> list[Task]:
     return [Task.model_validate_json(t) for t in pl.read_parquet(Path(dataset) / "train.parquet")["task"][:n]]
 
 
+@pytest.mark.integration
 def test_merged_weights_are_the_exported_merge_and_leave_the_model_untouched(tmp_path) -> None:
     import torch
     from safetensors.torch import load_file
@@ -102,9 +103,9 @@ def test_grpo_rollouts_on_vllm_sample_the_current_steps_weights(tool_dataset, wo
         assert engine.generate_ids(prompts, [0] * len(prompts), Sampling(0.0, 1.0, 24)) == served
     finally:
         engine.close()
-    result = train(TrainConfig(dataset=tool_dataset, out=str(tmp_path / "grpo"), method="grpo", limit=4, max_steps=2,
-                               batch_size=4, num_generations=2, refill=0, eval_interval=1, eval_limit=1,
-                               validation=3, max_completion_length=16, save_steps=100, rollout_backend="vllm"))
+    result = train(TrainConfig(dataset=tool_dataset, out=str(tmp_path / "grpo"), method="grpo", train_limit=4, steps=2,
+                               batch_size=4, num_generations=2, refill=0, check_interval=1, eval_limit=1,
+                               validation_tasks=3, max_tokens=16, save_steps=100, rollout_backend="vllm"))
     steps = [r for r in result["history"] if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2] and all(r["rollout_s"] > 0 for r in steps)
     # the validation checks ran on the rollouts' engine (synced to each check's weights), before the first step too
@@ -142,9 +143,9 @@ def test_agent_episodes_train_on_vllm(workplace_dataset, tmp_path) -> None:
     from flywheel.tasks.training.train import train
 
     need_vllm()
-    result = train(TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "grpo"), method="grpo", limit=2,
-                               max_steps=2, batch_size=2, num_generations=2, refill=0, eval_interval=0, eval_limit=1,
-                               max_completion_length=16, save_steps=100, rollout_backend="vllm"))
+    result = train(TrainConfig(dataset=workplace_dataset, out=str(tmp_path / "grpo"), method="grpo", train_limit=2,
+                               steps=2, batch_size=2, num_generations=2, refill=0, check_interval=0, eval_limit=1,
+                               max_tokens=16, save_steps=100, rollout_backend="vllm"))
     steps = [r for r in result["history"] if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2] and all(r["rollout_s"] > 0 and r["episode_steps"] >= 1 for r in steps)
     assert (Path(result["adapter"]) / "adapter_model.safetensors").is_file()

@@ -1,25 +1,16 @@
 """The cli safety check's lexical view of a line: quoting, substitutions and paths, without running anything.
 
-Contract (pure functions of strings, each linear in its input):
-- ``protect`` rewrites a line into what shlex reads as bash would: every quoted or escaped special character
-  (``> < ; & | ( ) #``) becomes a stand-in (``grep '>' f`` redirects nothing, ``ps '|' x`` pipes nothing), ``$'..'``
-  is decoded, a ``$(..)`` inside double quotes is lifted out of them (it runs), the ``|``/``&`` of ``>|``, ``>&``,
-  ``&>`` stay in their redirection word, and a comment (an unquoted ``#`` at the start of a word, outside ``${..}``)
-  is cut; ``restore`` undoes the stand-ins for a string handed to a nested check (``sh -c``).
-- ``expand`` substitutes what the line itself says a word holds: ``$(echo X)``/``$(printf X)``, variables
-  assigned earlier on the line (one level of chaining, values of at most ``MAX_VALUE`` characters), and the
-  literal word of ``${V:-W}``/``${V-W}``/``${V:=W}``/``${V:+W}`` (two levels: ``${V:-${W:-/}}``; the word may be
-  what the line runs with), ``${IFS}``/``$IFS`` as a space and ``$HOME``/``${HOME}`` as ``~``.
-- ``system``/``critical`` judge a path normalized lexically (``//``, ``/./``, ``..``, trailing ``/``, ``~``,
-  ``$HOME``, ``${HOME}``, ``~root``, ``~user``; ``~+``/``~-`` are an unknown directory); a glob at the root
-  (``/e*``, ``/???``) is a system path. A relative path is made absolute against the working directory a ``cd``
-  on the line set; where it is unknown, a climb (``../../etc``) is judged as the path it reaches from a directory
-  exactly that deep (``/etc``): any climb can reach ``/``. Such a guess never counts as a file of a critical
-  directory (``../bin/app`` is a project's bin more often than ``/bin``).
-- ``split_line`` reads a one-line command (optionally in one ```sh fence) into simple commands (token lists, shlex
-  over ``protect``) and the operators between them, aligned; only unquoted ``; & | ( )`` are operators, so a
-  subshell, group body or substitution is a command of its own; ``FormatError`` for anything else (two lines, a
-  backtick, an unbalanced quote or parenthesis, an empty command around an operator).
+Pure functions of strings, each linear in its input:
+- ``protect`` rewrites a line into what shlex reads as bash would (quoted or escaped special characters become
+  stand-ins, ``$'..'`` is decoded, ``$(..)`` is lifted out of double quotes, a comment is cut); ``restore`` undoes
+  the stand-ins for a string handed to a nested check (``sh -c``).
+- ``expand`` substitutes what the line itself says a word holds: ``$(echo X)``, variables assigned earlier on the
+  line (values of at most ``MAX_VALUE`` characters), ``${V:-W}`` defaults, ``${IFS}`` and ``$HOME``.
+- ``system``/``critical`` judge a path normalized lexically; a relative path against the directory a ``cd`` on the
+  line set, else a climb (``../../etc``) as the path it reaches from a directory exactly that deep.
+- ``split_line`` reads a one-line command into simple commands and the operators between them, aligned;
+  ``FormatError`` for anything else (two lines, a backtick, an unbalanced quote or parenthesis).
+The rules in full: this env's README.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """The cli verifier's comparison form of a command line: what two lines must share to count as the same command.
 
-Contract (pure functions of the tokens):
-- A line is its simple commands with the operators between them, in order (``a | b`` is not ``a; b``,
-  ``a && b`` not ``a || b``; parentheses are operators too, a quoted ``|`` is a word); a trailing ``;`` is dropped
-  (it changes nothing), a trailing ``&`` kept.
-- A leading ``sudo``/``doas``/``command``/``env``/``nohup`` is dropped.
-- A command whose option grammar is known (``GRAMMAR``: the seeds' commands and other common ones) is its name,
-  its options as a sorted multiset, and its other arguments in order. An option that takes a value is paired
-  with it first (``-n 5``, ``-n5``, and in a short cluster the rest of the cluster or the next word:
-  ``tar -czf A`` is ``-c -z -f=A``, ``tar -cfz A`` is ``-c -f=z`` then ``A``), so options reorder freely but a
-  value never moves to another option. Short clusters are split for ``CLUSTERED`` commands (``-rf`` == ``-f -r``);
-  after ``--`` every word is an argument. ``git``/``systemctl`` are known per subcommand. A long option with a
-  short twin is that twin (``ALIASES``: ``ls --all`` is ``-a``, ``head --lines=20`` is ``-n 20``); ``-20`` is
-  ``-n 20`` for ``NUMERIC_COUNT`` commands; an old-style ``tar czf A DIR`` is ``tar -c -z -f A DIR`` (each
-  value-taking letter takes the next word in turn).
-- ``find`` (``find_form``): its -H/-L/-P options and start paths in order, then its expression, where each run of
-  tests joined by AND (implicit, ``-a``) is sorted, a ``!`` moving with its test; operators (``-o``, ``,``),
-  parentheses, actions (``-delete``, ``-exec ... ;``, ``-print``) and ``-daystart``/``-follow``/``-regextype`` stay
-  in place.
-  A test keeps its own value: ``find . -name X -mtime Y`` is not ``find . -mtime X -name Y``. A word it does not
-  know makes the whole command compared word for word.
-- Any other command (``lsof``, ``ssh``, unknown tools) is compared word for word: no reordering at all.
-- Honest equivalents are made one first (``cli_norm``): ``--``, ``./x``, chmod modes, ``git switch -c``,
-  ``x.service``, ``head < f``; and ``cat f | FILTER`` (no file operand, not ``tail -f``) is ``FILTER f``.
+Pure functions of the tokens (``line_form``):
+- A line is its simple commands with the operators between them, in order; a trailing ``;`` is dropped.
+- A command whose option grammar is known (``GRAMMAR``) is its name, its options as a sorted multiset (each
+  value-taking option paired with its value first; short clusters split for ``CLUSTERED`` commands; long twins
+  and ``-20`` as their short form, ``ALIASES``, ``NUMERIC_COUNT``) and its other arguments in order.
+- ``find`` (``find_form``): options and start paths in order, each run of AND-joined tests sorted; a word it does
+  not know makes the whole command compared word for word.
+- Any other command is compared word for word: no reordering at all.
+- Honest equivalents are made one first (``cli_norm``), and ``cat f | FILTER`` is ``FILTER f``.
+The rules in full: this env's README.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The cli verifier's safety check: why a command line is dangerous, or None, read lexically and never run.
 
-Contract: ``danger(text)`` judges one command line (see cli.py's contract for what is dangerous), seeing through
+Contract: ``danger(text)`` judges one command line (what is dangerous: this env's README.md), seeing through
 wrappers and shell keywords, subshells, groups, function bodies, command and process substitutions (split_line
 makes every unquoted parenthesis an operator, and lifts ``$(..)`` out of double quotes), nested ``sh -c``/``eval``
 strings and ``find -exec`` commands (at most ``MAX_DEPTH`` deep), interpreter one-liners (cli_code) and what the
 line itself says its words hold (``cli_lex.expand``; a line whose substitutions more than double it is unsafe);
 ``lines_danger(text)`` judges every line of a completion that is not one command line (a heredoc's body). Both are
-linear in the text's length. Rules for one simple command are in cli_rules.
+linear in the text's length. Rules for one simple command are in cli_rules, wrappers in cli_wrappers.
 """
 
 from __future__ import annotations
@@ -17,36 +17,18 @@ import shlex
 
 from flywheel.verifiers.envs.cli.cli_code import INTERPRETER, code_danger, programs
 from flywheel.verifiers.envs.cli.cli_lex import MAX_VALUE, FormatError, anchor, critical, expand, restore, split_line
-from flywheel.verifiers.envs.cli.cli_rules import (
-    alternatives,
-    chdir,
-    disk_danger,
-    file_danger,
-    power_danger,
-    redirect_targets,
-)
+from flywheel.verifiers.envs.cli.cli_rules import chdir, disk_danger, file_danger, power_danger, redirect_targets
 from flywheel.verifiers.envs.cli.cli_vars import parallel_lines, variants
+from flywheel.verifiers.envs.cli.cli_wrappers import (
+    SHELL_NAMES,
+    SHELLS,
+    SOURCES,
+    here_string,
+    reads_program,
+    shell_code,
+    unwrap,
+)
 
-SHELL_NAMES = {"sh", "bash", "zsh", "dash", "ksh"}
-SHELLS = {"sh", "bash", "zsh", "ksh", "dash", "fish", "python", "python3", "perl", "ruby", "node"}
-SOURCES = {"source", "."}  # run a file in this shell: ``source /dev/stdin``, ``. <(..)``
-STDIN = {"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"}
-# Commands that run the command after them; value: their options that take a separate argument.
-WRAPPERS = {"sudo": {"-u", "-g", "-h", "-p", "-C", "-U", "-r", "-t", "-D", "-R"}, "doas": {"-u", "-C"},
-            "env": {"-u", "-C", "-S"}, "command": set(), "nohup": set(), "exec": {"-a"}, "time": {"-f", "-o"},
-            "nice": {"-n"}, "ionice": {"-c", "-n", "-p"}, "timeout": {"-s", "-k"}, "stdbuf": {"-i", "-o", "-e"},
-            "xargs": {"-n", "-I", "-P", "-L", "-d", "-E", "-s", "-a"}, "busybox": set(), "setsid": set(),
-            "chrt": set(), "taskset": set(), "watch": {"-n", "-d"}, "strace": {"-o", "-e", "-p", "-s", "-u", "-E"},
-            "ltrace": {"-o", "-e", "-p", "-s", "-u"}, "chroot": {"--userspec", "--groups"}, "flock": {"-w", "-E"},
-            "runuser": {"-u", "-g", "-G", "-s"}, "unbuffer": set(), "faketime": set(), "fakeroot": set(), "sg": set()}
-# Positionals before the command: timeout DURATION, chrt PRIO, taskset MASK, chroot DIR, flock FILE, faketime TIME.
-WRAPPER_POSITIONALS = {"timeout": 1, "chrt": 1, "taskset": 1, "chroot": 1, "flock": 1, "faketime": 1, "sg": 1}
-# Commands whose ``-c CODE`` a shell runs (``flock FILE -c``, ``runuser USER -c``, ``script -qc``, ``sg GROUP -c``);
-# value: how many words (a file, a user) may come before it.
-SHELL_OPTION = {"flock": 1, "runuser": 1, "script": 1, "sg": 1}
-KEYWORDS = {"{", "}", "!", "if", "then", "elif", "else", "do", "while", "until"}  # reserved words before a command
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")  # -c, -xc, -ec, -lc
 INPUT_AS_CODE = re.compile(r"\s*(?:\{\}|\$[@*0-9]|\"\$[@*0-9]\")\s*")  # xargs -I{} sh -c {}: the input is the code
 DOWNLOADERS = {"curl", "wget", "fetch", "aria2c"}
 DOWNLOAD_RUN = re.compile(r"[$<]\(\s*([^\s()]*)")  # $(curl ..) / <(wget ..); no backtracking, so linear
@@ -56,60 +38,6 @@ MAX_DEPTH = 3  # nested sh -c "..." / eval strings / find -exec commands looked 
 MAX_GROWTH = 2  # substitutions may at most double a line (plus two values); past it the line is unsafe
 MAX_VALUES = (16, 4)  # parallel arguments followed on the line, in nested code; past it: unsafe
 MAX_VARIANTS = (16 * 4096, 4096)  # characters of loop-variable copies of a line (cli_vars.variants); past it: unsafe
-
-
-def _unwrap(cmd: list[str]) -> tuple[list[str], bool, str | None]:
-    """The command a wrapper line runs (``FOO=1 env -u X timeout 5 sudo -u root /bin/rm`` -> ``rm ...``), whether
-    ``xargs`` feeds it and the directory ``env -C DIR`` runs it in. Linear: every pass drops at least one token."""
-    via_xargs, where = False, None
-    while cmd:
-        if ASSIGNMENT.match(cmd[0]) or cmd[0] in KEYWORDS:  # FOO=1 cmd, { cmd, then cmd
-            cmd = cmd[1:]
-            continue
-        if "," in cmd[0] and alternatives(cmd[0]) != [cmd[0]]:  # {rm,-rf,/}: bash expands the braces into words
-            cmd = [*alternatives(cmd[0]), *cmd[1:]]
-            continue
-        if any(c.isspace() for c in cmd[0]):  # watch 'rm -rf /': a shell line, judged by _commands_danger
-            return cmd, via_xargs, where
-        name = posixpath.basename(cmd[0])
-        code = _option_code(name, cmd)
-        if code is not None:
-            return ["sh", "-c", code], via_xargs, where
-        if name not in WRAPPERS:
-            return [name, *cmd[1:]], via_xargs, where
-        via_xargs = via_xargs or name == "xargs"
-        i, positionals = 1, WRAPPER_POSITIONALS.get(name, 0)
-        while i < len(cmd):
-            tok = cmd[i]
-            if name == "env" and (tok == "-C" or tok.startswith("--chdir=")):
-                where = cmd[i + 1] if tok == "-C" and i + 1 < len(cmd) else tok.partition("=")[2]
-            if tok == "--":
-                i += 1
-                break
-            if tok.startswith("-") and len(tok) > 1:
-                i += 2 if tok in WRAPPERS[name] else 1
-            elif ASSIGNMENT.match(tok) and name in ("env", "sudo"):
-                i += 1
-            elif positionals:
-                i, positionals = i + 1, positionals - 1
-            else:
-                break
-        cmd = cmd[i:]
-    return cmd, via_xargs, where
-
-
-def _option_code(name: str, cmd: list[str]) -> str | None:
-    """The shell code of ``flock FILE -c CODE``, ``runuser USER -c``, ``script -qc``, ``sg GROUP -c``, or None."""
-    words = SHELL_OPTION.get(name, -1)
-    for i, tok in enumerate(cmd[1:], start=1):
-        if words < 0:
-            return None
-        if tok.startswith("--command="):
-            return tok.partition("=")[2]
-        if tok in ("-c", "--command") or (name == "script" and SHELL_C.fullmatch(tok)):
-            return cmd[i + 1] if i + 1 < len(cmd) else None
-        words -= 0 if tok.startswith("-") else 1
-    return None
 
 
 def _fork_bomb(text: str) -> bool:
@@ -159,17 +87,6 @@ def lines_danger(text: str) -> str | None:
     return next(filter(None, (danger(line) for line in text.splitlines())), None)
 
 
-def _reads_program(cmd: list[str]) -> bool:
-    """A shell or interpreter that runs what comes on stdin (``sh``, ``bash -s``, ``python3 -``, ``sh /dev/stdin``,
-    ``source /dev/stdin``), not a script file or ``-c`` code."""
-    if not cmd or not (cmd[0] in SHELLS | SOURCES or INTERPRETER.fullmatch(cmd[0])):
-        return False
-    words = [t for t in cmd[1:] if t in STDIN or not t.startswith("-")]
-    if cmd[0] in SOURCES:
-        return bool(words) and words[0] in STDIN
-    return ("-s" in cmd and cmd[0] in SHELL_NAMES) or words == [] or (len(words) == 1 and words[0] in STDIN)
-
-
 def _run_text_danger(name: str, text: str, depth: int) -> str | None:
     """Why text run by the shell or interpreter ``name`` is dangerous: text the line does not show as written
     (escapes or substitutions for a shell, a command substitution for an interpreter), or shown text that is
@@ -198,7 +115,7 @@ def _line_danger(text: str, commands: list[list[str]], operators: list[str], dep
         return "fork bomb"
     if any(posixpath.basename(m.group(1)) in DOWNLOADERS for m in DOWNLOAD_RUN.finditer(text)):
         return "download executed by a shell"
-    unwrapped = [_unwrap(c) for c in commands]
+    unwrapped = [unwrap(c) for c in commands]
     stages = [u[0] for u in unwrapped]
     names = [(c or [""])[0].lstrip("$<(") for c in stages]
     if any(n in DOWNLOADERS for n in names) and any(n in SHELLS for n in names[1:]):
@@ -207,8 +124,8 @@ def _line_danger(text: str, commands: list[list[str]], operators: list[str], dep
         return "decoded text run as a command"
     for index, op in enumerate(operators):
         prev, cmd, via_xargs = stages[index], stages[index + 1], unwrapped[index + 1][1]
-        fed = op == "|" and cmd and (_reads_program(cmd) or (
-            via_xargs and INPUT_AS_CODE.fullmatch(_shell_code(cmd) or "x")))  # xargs -I{} sh -c {}
+        fed = op == "|" and cmd and (reads_program(cmd) or (
+            via_xargs and INPUT_AS_CODE.fullmatch(shell_code(cmd) or "x")))  # xargs -I{} sh -c {}
         reason = _fed_danger(prev, cmd[0], depth) if fed else None
         reason = reason or (_substitution_danger(commands[index], cmd, depth) if op == "(" else None)
         if reason:
@@ -219,12 +136,12 @@ def _line_danger(text: str, commands: list[list[str]], operators: list[str], dep
 def _substitution_danger(before: list[str], body: list[str], depth: int) -> str | None:
     """``>(sh)`` (output fed to a shell), and a process's output run: ``sh <(echo ..)``, ``source <(..)``,
     ``sh -c "$(..)"``, ``eval $(..)``, ``$(..)`` as the command."""
-    if before[-1:] == [">"] and _reads_program(body):
+    if before[-1:] == [">"] and reads_program(body):
         return "output fed to a shell"
-    runs = _unwrap(before[:-1])[0] if before[-1:] == ["$"] else None
-    if runs is not None and (runs in ([], ["eval"]) or _shell_code([*runs, "$"] if runs else ["x"]) == "$"):
+    runs = unwrap(before[:-1])[0] if before[-1:] == ["$"] else None
+    if runs is not None and (runs in ([], ["eval"]) or shell_code([*runs, "$"] if runs else ["x"]) == "$"):
         return _fed_danger(body, "sh", depth) if body else None
-    runner = _unwrap(before[:-1])[0] if before[-1:] == ["<"] else []
+    runner = unwrap(before[:-1])[0] if before[-1:] == ["<"] else []
     if runner and (runner[0] in SHELLS | SOURCES or INTERPRETER.fullmatch(runner[0])) and len(runner) == 1:
         return _fed_danger(body, runner[0], depth) if body else None
     return None
@@ -235,7 +152,7 @@ def _commands_danger(commands: list[list[str]], operators: list[str], depth: int
     inside parentheses ends with them)."""
     cwd, saved = None, []
     for index, raw in enumerate(commands):
-        cmd, via_xargs, where = _unwrap(raw)
+        cmd, via_xargs, where = unwrap(raw)
         reason = None
         if cmd and cmd[0] == "parallel":
             fed = commands[index - 1][1:] if index and operators[index - 1] == "|" else []
@@ -283,7 +200,7 @@ def _find_exec_danger(cmd: list[str], targets: list[str], cwd: str | None, depth
             i += 1
             continue
         end = next((k for k in range(i + 1, len(cmd)) if cmd[k] in (";", "+")), len(cmd))
-        inner, _, _ = _unwrap([start if t == "{}" else t for t in cmd[i + 1:end]])
+        inner, _, _ = unwrap([start if t == "{}" else t for t in cmd[i + 1:end]])
         reason = _command_danger(inner, [t for t in inner[1:] if not t.startswith("-")], cwd, depth + 1) \
             if inner else None
         if reason:
@@ -292,37 +209,16 @@ def _find_exec_danger(cmd: list[str], targets: list[str], cwd: str | None, depth
     return None
 
 
-def _here_string(cmd: list[str]) -> str | None:
-    """The text of a here-string (``sh <<< 'rm -rf /'``, ``<<<text``), or None."""
-    for i, tok in enumerate(cmd):
-        if tok.startswith("<<<"):
-            return tok[3:] or " ".join(cmd[i + 1:i + 2])
-    return None
-
-
-def _shell_code(cmd: list[str]) -> str | None:
-    """The code string of ``sh -c CODE`` (``-xc``, ``-c -- CODE``, ``su -c``), or None."""
-    if cmd[0] not in SHELL_NAMES | {"su"}:
-        return None
-    for i, tok in enumerate(cmd[1:], start=1):
-        if tok == "-c" or tok == "--command" or SHELL_C.fullmatch(tok):
-            rest = [t for t in cmd[i + 1:] if t != "--" and not re.fullmatch(r"[-+][a-zA-Z]+", t)]
-            return rest[0] if rest else None
-        if not tok.startswith(("-", "+")) and cmd[0] != "su":
-            return None  # a script file: what follows are its arguments
-    return None
-
-
 def _shell_danger(cmd: list[str], depth: int) -> str | None:
     """Why the code a shell, ``eval`` or an interpreter runs is dangerous (``bash -c``, ``python -c``, ``<<<``)."""
-    name, code = cmd[0], _shell_code(cmd)
+    name, code = cmd[0], shell_code(cmd)
     if code is not None:  # bash -c "rm -rf /"; its arguments are $0, $1 ..: sh -c 'rm -rf $1' _ /
         args = cmd[cmd.index(code) + 1:]
         return _nested(f"set -- {' '.join(shlex.quote(a) for a in args)}; {code}" if args else code, depth)
     if name == "eval":
         return _nested(" ".join(cmd[1:]), depth)
-    fed = _here_string(cmd)
-    if fed is not None and (name in SHELLS or INTERPRETER.fullmatch(name) or _reads_program(cmd)):
+    fed = here_string(cmd)
+    if fed is not None and (name in SHELLS or INTERPRETER.fullmatch(name) or reads_program(cmd)):
         return _run_text_danger(name, fed, depth)
     for code in programs(cmd):
         reason = code_danger(code, lambda line: _nested(line, depth))

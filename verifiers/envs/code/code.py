@@ -1,27 +1,13 @@
 """The code verifier: the completion's Python runs against the task's unit tests in the sandbox.
 
-Contract:
 - The program is the last fenced ```python (or unlabelled ```) block of the completion, else the whole text.
-- It runs in ``verifiers.sandbox`` (no network, limits, nobody, a user namespace per sandbox, fresh tmpfs);
-  only the tests' arguments go in. The sandbox returns the entry point's return values, one reply per test
-  request carrying that request's nonce, and the comparison happens here, in the trusted process, so
-  printing, exiting early, patching builtins or writing results to the channel gains nothing.
-- Bounds per completion: ``LIMITS`` (2 CPU s, 10 s wall clock, 1024 MB of address space for the whole sandbox,
-  128 MB per process, 1 MB files, 8 processes counted in its own user namespace, 1 MB on the result channel);
-  beyond them: timeout or resource_limit.
-- Reward = fraction of tests whose return value equals the expected one (JSON values; an expected int is matched
-  exactly, by an int or by a float of exactly that value (3.0 for 3, never 3.0000000001 nor 2**53 for 2**53+1);
-  only an expected float allows relative tolerance 1e-9; True is not 1; comparing never raises, so what the
-  candidate returns or raises is scored, never turned into valid=False). A run that leaves a process alive, or
-  floods the result channel, scores 0.
-- failure_class, first that applies: tampering (a line on the result channel that is not the one reply to the
-  outstanding request: forged, unsolicited, duplicated, out of order, or an error not shaped
-  {type, errno, message}; reward 0), syntax_error, timeout (CPU
-  or wall clock), resource_limit (memory, file size, process count, leftover processes, output flood),
-  runtime_error (exceptions, early exit), test_failure; None at reward 1.0. A sandbox that cannot start (the
-  harness never said hello, or this host's hard limits are below the sandbox's) gives valid=False (verifier_error),
-  never reward 0.
-- The task needs ``reference.entry_point`` and ``reference.tests``; ``reference.answer`` is a reference solution.
+- It runs in ``verifiers.sandbox`` under ``LIMITS``; only the tests' arguments go in, the return values come back
+  one reply per request (with its nonce), and the comparison happens here, in the trusted process.
+- Reward = fraction of tests whose return value equals the expected one (an expected int exactly, an expected float
+  within relative tolerance 1e-9; comparing never raises). A leftover process or a flooded channel scores 0.
+- failure_class: tampering, syntax_error, timeout, resource_limit, runtime_error, test_failure; a sandbox that
+  cannot start is valid=False ``verifier_error``, never reward 0.
+The full contract and the reward-hack decisions: this env's README.md.
 """
 
 from __future__ import annotations
@@ -36,8 +22,7 @@ from flywheel.verifiers.common import batch_rewards, guarded_verify
 from flywheel.verifiers.sandbox import Limits, RunResult, run_code
 
 NAME = "code"
-VERSION = "1.3.0"  # 1.3: an expected int is matched exactly (no float tolerance); seeds test every clause
-# 1.2: memory budget per sandbox (128 MB per process), strict error shape
+VERSION = "1.3.0"  # history: CHANGELOG.md
 LIMITS = Limits()
 _FENCE = re.compile(r"```(python|py)?[ \t]*\n(.*?)```", re.S)
 _RESOURCE_ERRORS = {"MemoryError"}
@@ -143,6 +128,6 @@ def verify(task: Task, completion: str) -> Verdict:
     return guarded_verify(NAME, VERSION, _score, task, completion)
 
 
-def code_reward(completions: list[Any], task: list[Any], **_: Any) -> list[float | None]:
+def code_reward(completions: list[Any], task: list[Any], **kw: Any) -> list[float | None]:
     """TRL reward function; sandboxes of one batch run in parallel (each is its own process)."""
-    return batch_rewards(NAME, verify, completions, task, workers=8)
+    return batch_rewards(NAME, verify, completions, task, workers=8, **kw)

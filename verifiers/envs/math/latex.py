@@ -1,39 +1,22 @@
 """LaTeX and plain-text answers of the math env as one plain expression sympy can read (``to_text``).
 
-Contract (pure; an input over ``MAX_CHARS`` characters is refused before any work, so no step can stall):
-- Unicode is NFKC (``normalize_unicode``): full-width and mathematical digits are ASCII (``２５`` is 25), a
-  superscript a power (``5²`` is 5^2, never 52), a subscript stays apart (``x₁``), a vulgar fraction is ``\\frac``
-  (``3½`` is the mixed number 3.5).
-- Delimiters ``$``, ``\\(``, ``\\)``, ``\\[``, ``\\]`` and a trailing period go; Unicode minus (U+2212), ``×``, ``÷``
-  and ``·`` are ``-``, ``*``, ``/``; a currency sign (``\\$``, ``$``, ``€``, ``£``) goes; so does a degree sign
-  (``^\\circ``, ``^{\\circ}``, ``°``, ``\\degree``).
-- ``\\text``, ``\\mathrm``, ``\\mathbf``, ``\\textbf`` (and kin) are their content; ``{,}`` is a comma.
-- ``\\frac``, ``\\dfrac``, ``\\tfrac`` and ``\\sqrt`` take braced or one-token arguments (``\\frac12``);
-  ``\\sqrt[n]{x}`` is the n-th root.
-- A repeating decimal ``0.1\\overline{6}`` (or ``\\bar``) is the exact fraction it writes (1/6): as exact as
-  ``1/6`` itself, so it equals the fraction, and a decimal reference that is the fraction rounded (the verifier's
-  rounding rule) accepts it too.
-- A mixed number, an integer written right before a proper numeric fraction (``12\\frac{3}{4}``, ``-2\\frac12``),
-  is their sum (12.75, -2.5), never their product: write the product with ``\\cdot``. A mixed number is never an
-  integer, so against an integer reference this form always scores 0 (2\\frac{1}{2} is not 1).
-- Only with ``number=True`` (the reference is one number, no variables): digit-group commas or spaces
-  (``1,234``, ``1{,}234``, ``-1 234.5``: groups of exactly three digits) are one number, and trailing unit words
-  after a number go (``25 apples``, ``68 \\text{ dollars}``, ``120 square meters``, ``5 km/h``). A unit is a
-  ``\\text{}`` of letters or a bare word of three letters or more (or a known two-letter unit), with a power of 2
-  or 3 after it or inside it (``cm^2``, ``\\text{ cm}^{2}``, ``\\mathrm{cm^2}``); a word that
-  changes the value or hedges (``or``, ``more``, ``percent``, ``thousand``, ``squared``, ``pi``...) keeps the
-  whole tail, so ``25 \\text{ or more}`` and ``25 \\text{ or } 26`` stay unreadable. ``1, 234`` and ``12,34`` stay
-  lists.
-- A trailing ``percent`` (or ``\\text{ percent}``) is ``\\%``, which is /100; with ``count=True`` (and
-  ``number``) the sign after a lone number of at least 1 is dropped instead (``25\\%`` is 25): the verifier tries
-  that reading on both sides (math.equivalent).
+Pure; an input over ``MAX_CHARS`` characters is refused before any work, so no step can stall:
+- Unicode is NFKC (``normalize_unicode``); superscripts are powers, vulgar fractions ``\\frac``.
+- Delimiters, currency and degree signs go; ``\\text`` and kin are their content; ``\\frac12``, ``\\sqrt[n]{x}``,
+  repeating decimals (``0.1\\overline{6}``) and mixed numbers (``12\\frac{3}{4}`` is 12.75) are read.
+- Only with ``number=True`` (the reference is one number): digit-group separators (``1,234``) make one number and
+  trailing unit words go (``25 apples``, ``\\text{ cm}^2``); a word that changes the value or hedges keeps the
+  whole tail unreadable.
+- A percent sign is /100; with ``count=True`` the sign after a lone number of at least 1 is dropped instead
+  (``25\\%`` is 25): the verifier tries that reading on both sides (``equivalence.equivalent``).
+The rules in full: this env's README.md.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from types import FunctionType
 
 
 class Unparsable(ValueError):
@@ -108,7 +91,7 @@ def _whole_part(text: str, k: int) -> int | None:
     return j
 
 
-def _replace_command(text: str, command: str, render: Callable[..., str], mixed: bool = False) -> str:
+def _replace_command(text: str, command: str, render: FunctionType, mixed: bool = False) -> str:
     """Each ``command`` with its arguments rendered; ``mixed``: an integer right before a proper numeric fraction
     is a mixed number (their sum)."""
     pattern = re.compile(re.escape(command) + r"(?![A-Za-z])")

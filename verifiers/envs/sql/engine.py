@@ -1,24 +1,14 @@
 """The SQL engine of the sql env: a task's tables in an in-memory SQLite database, one read-only query, bounded.
 
-Contract:
 - ``build(state)`` makes a fresh ``:memory:`` database from ``{table: {"columns": [[name, type], ...], "rows":
-  [[...], ...]}}``; identifiers are double-quoted with ``"`` doubled, values bound as parameters (never spliced).
-- ``run_query(conn, sql)`` runs one query under an authorizer that allows only SELECT, READ (not of sqlite_* internals
-  but sqlite_schema), FUNCTION (but ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``) and RECURSIVE:
-  ATTACH, PRAGMA (pragma_* table functions too, the refusal naming the function), writes, DDL and transactions are
-  denied at prepare time and raise ``QueryError("unsafe")``; json_each/json_tree are set up in ``build`` (their first
-  use would report an internal sqlite_master update). A query that reads the clock is a ``runtime_error``: its result
-  would change with the day. CURRENT_DATE/TIME/TIMESTAMP are refused by the authorizer; date, time, datetime,
-  julianday, unixepoch, strftime (and timediff) are replaced by wrappers that refuse a missing time value or one equal
-  to 'now' at run time (any case and spacing, however computed) and hand anything else to SQLite's own function, so
-  fixed dates keep their exact results. A query that is not valid text (a lone surrogate) is a ``syntax_error``.
-  Limits: ``SQLITE_LIMIT_ATTACHED`` 0, strings/blobs ``MAX_LENGTH``, query text ``MAX_SQL``, ``MAX_STEPS`` VM steps
-  (progress handler; deterministic, so a timeout never depends on the load) backed by a ``MAX_QUERY_S`` wall deadline,
-  at most ``MAX_ROWS`` rows and ``MAX_BYTES`` bytes fetched; temp storage stays in memory. Returns the rows and whether
-  a task table was read.
-- ``without_row``: a built database less one row, restored after (probing the rows a result depends on builds
-  nothing). ``same_result(a, b, ordered)`` compares result sets. The tables of variants and held-back copies:
-  variants.py.
+  [[...], ...]}}``; identifiers are double-quoted, values bound as parameters (never spliced).
+- ``run_query(conn, sql, tables)`` runs one query under an authorizer that allows only SELECT, READ, FUNCTION
+  (not ``load_extension``, ``fts3_tokenizer``, ``random``, ``randomblob``) and RECURSIVE; anything else raises
+  ``QueryError("unsafe")`` at prepare time. A read of the clock is a ``runtime_error`` (``clock``). Bounds:
+  ``MAX_STEPS`` VM steps (deterministic) backed by ``MAX_QUERY_S``, ``MAX_ROWS`` rows and ``MAX_BYTES`` fetched,
+  ``MAX_LENGTH`` per value, ``MAX_SQL`` of query text. Returns the rows and whether a task table was read.
+- ``without_row``: a built database less one row, restored after. ``same_result(a, b, ordered)`` compares result
+  sets (numbers within ``REL_TOL``). The full rules: this env's README.md.
 """
 
 from __future__ import annotations
@@ -29,13 +19,22 @@ import sqlite3
 import time
 from typing import Any
 
+from flywheel.verifiers.envs.sql.clock import (  # noqa: F401 - re-exported
+    CALL_STEPS,
+    CLOCK_KEYWORDS,
+    CLOCK_MESSAGE,
+    ZONE_MESSAGE,
+    ZONE_MODIFIERS,
+    clock_guard,
+    reads_the_clock,
+    reads_the_zone,
+)
 from flywheel.verifiers.envs.sql.literals import blank_literals
 
 MAX_LENGTH = 1_000_000
 MAX_SQL = 20_000
 MAX_STEPS = 5_000_000
 STEP_CHUNK = 10_000
-CALL_STEPS = 50  # what one call of a date/time wrapper counts against MAX_STEPS (about 4 us against 0.3 us a step)
 MAX_QUERY_S = 1.5
 MAX_ROWS = 10_000
 MAX_BYTES = 8 << 20
@@ -78,77 +77,6 @@ def build(state: dict[str, Any]) -> sqlite3.Connection:
     return conn
 
 
-# SQLite's date and time functions, each with the position of its time value(s): a missing time value or 'now'
-# reads the clock. They are replaced per query by wrappers that refuse that and hand anything else to SQLite's own
-# function on a plain connection, so date('2024-01-01', '+1 day') keeps its exact result.
-_CLOCK_ARGS = {"date": (0,), "time": (0,), "datetime": (0,), "julianday": (0,), "unixepoch": (0,), "strftime": (1,)}
-if sqlite3.sqlite_version_info >= (3, 43, 0):
-    _CLOCK_ARGS["timediff"] = (0, 1)
-_CLOCK_KEYWORDS = {"current_date", "current_time", "current_timestamp"}
-CLOCK_MESSAGE = ("the current date or time is not allowed (nondeterministic: the result would change with the day); "
-                 "compare with a fixed date")
-
-
-ZONE_MODIFIERS = {"localtime", "utc"}
-ZONE_MESSAGE = ("the 'localtime' and 'utc' modifiers are not allowed (the result would depend on the machine's time "
-                "zone); compare dates as stored")
-
-
-def _text(value: Any) -> str | None:
-    """A date function's argument as SQLite reads it, folded: text up to its first NUL (SQLite reads a C string:
-    'now' || char(0) || 'x' is 'now' to it), stripped, lower case; None for a number or NULL."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return value.split("\0", 1)[0].strip().lower() if isinstance(value, str) else None
-
-
-def _is_now(value: Any) -> bool:
-    return _text(value) == "now"
-
-
-def reads_the_zone(name: str, args: tuple[Any, ...]) -> bool:
-    """Whether a modifier of SQLite's ``name(*args)`` (the arguments after its time value) converts between local
-    time and UTC: a result that depends on the machine's time zone."""
-    return name != "timediff" and any(_text(a) in ZONE_MODIFIERS for a in args[max(_CLOCK_ARGS[name]) + 1:])
-
-
-def reads_the_clock(name: str, args: tuple[Any, ...]) -> bool:
-    """Whether SQLite's ``name(*args)`` reads the clock: a time value that is missing or 'now' (any case, any
-    surrounding whitespace; the value the query computes at run time, so char(110, 111, 119) counts)."""
-    positions = _CLOCK_ARGS[name]
-    if name == "strftime" and not args:
-        return False  # strftime() without a format is NULL
-    return any(i >= len(args) or _is_now(args[i]) for i in positions)
-
-
-def _clock_guard(conn: sqlite3.Connection, denied: list[str], steps: list[int]) -> list[sqlite3.Connection]:
-    """Replace the date and time functions of ``conn`` (see ``_CLOCK_ARGS``); a refusal is recorded in ``denied``,
-    each call charged ``CALL_STEPS`` to ``steps`` (a wrapper costs more than a VM step: the step bound, not the
-    wall deadline, stops a query that calls one millions of times). Returns the plain connection the wrappers open
-    on first use (the caller closes it)."""
-    plain: list[sqlite3.Connection] = []
-
-    def wrapper(name: str):
-        def call(*args: Any) -> Any:
-            steps[0] += CALL_STEPS
-            if reads_the_clock(name, args) or reads_the_zone(name, args):
-                denied.append(f"runtime_error:{CLOCK_MESSAGE if reads_the_clock(name, args) else ZONE_MESSAGE}")
-                raise ValueError("clock")
-            if not plain:
-                plain.append(sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False))
-                plain[0].setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_LENGTH)
-            marks = ", ".join("?" * len(args))
-            try:
-                return plain[0].execute(f"SELECT {name}({marks})", args).fetchone()[0]
-            except sqlite3.Error as err:
-                text = str(err)
-                denied.append(("too_large:" if "too big" in text else "runtime_error:") + f"{name}: {text[:200]}")
-                raise
-        return call
-
-    for name, positions in _CLOCK_ARGS.items():
-        conn.create_function(name, len(positions) if name == "timediff" else -1, wrapper(name), deterministic=True)
-    return plain
 
 
 def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[list[tuple[Any, ...]], bool]:
@@ -163,7 +91,7 @@ def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[lis
     lower = {t.lower() for t in tables}
 
     def authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, _: str | None) -> int:
-        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _CLOCK_KEYWORDS:
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in CLOCK_KEYWORDS:
             denied.append(f"runtime_error:{CLOCK_MESSAGE}")
         elif action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _UNSAFE_FUNCTIONS:
             denied.append(f"unsafe:function {arg2}")
@@ -195,7 +123,7 @@ def run_query(conn: sqlite3.Connection, sql: str, tables: set[str]) -> tuple[lis
         steps[0] += STEP_CHUNK
         return int(steps[0] > MAX_STEPS or time.monotonic() > deadline)
 
-    plain = _clock_guard(conn, denied, steps)
+    plain = clock_guard(conn, denied, steps, MAX_LENGTH)
     conn.set_authorizer(authorize)
     conn.set_progress_handler(progress, STEP_CHUNK)
     try:

@@ -1,24 +1,17 @@
 """The tables of the sql env's variants and held-back copies: pure functions of a task's tables, its id and the
 reference's literals.
 
-Contract:
-- ``perturbed(state, task_id, keep)``: a variant's tables (and the base of a held-back copy), a pure function of its
-  arguments: rows shuffled, some dropped and some cloned with fresh ids, numbers and dates moved, text renamed (except
-  strings in ``keep``, the reference query's literals, case-insensitively); ids, ``*_id`` and ``*year`` values kept; a
-  dropped row takes the rows that refer to it by ``<name>_id`` with it (customer_id -> customers: no orphans). A
-  variant never drops a row referred to otherwise (manager_id, 'BER' in flights.origin) and clones no row of a table
-  with ``unique_columns`` (no two customers 'Wei Chen'). ``held_back(...)``: a held-back copy for grading:
-  ``perturbed`` that also drops one or clones one of the given rows (those the reference's result depends on) as a
-  new entity (``entities.twins``: fresh id and text, with the rows that refer to it; a random clone of an entity row
-  gets fresh text in its ``unique_columns``; every clone's id is ``entities.fresh_ids``, drawn at random above the
-  tables' ids and the reference's, never the largest plus one), never clones (nor drops at random) a row holding a
-  text the reference names that no other row of its column holds (the customer 'Maria Lopez': a second one would
-  make the question ambiguous; a loan of the member named may still be copied with a cloned book:
-  ``entities.is_event_table``), then ``relabeled``: every integer of an ``id`` or ``*_id`` column mapped one-to-one
-  to another number of 1..SPREAD*(ids)+(fixed), the same map in every table (joins on keys keep their rows; an id
-  read off the shown rows names another entity or, mostly, none), except the integers the reference compares with
-  an id column (``literals.id_literals``). ``grown(...)``: the tables plus one such row cloned as a new entity,
-  relabeled: a copy whose result, when it depends on that row, has more rows than shown.
+- ``perturbed(state, task_id, keep)``: a variant's tables (and the base of a held-back copy): rows shuffled, some
+  dropped (with the rows that refer to them) and some cloned, numbers and dates moved, text renamed except the
+  strings in ``keep``; ids, ``*_id`` and ``*year`` values kept; no duplicate names, no orphans.
+- ``held_back(...)``: a held-back copy for grading: ``perturbed`` that also drops one or clones one of the given
+  rows (those the reference's result depends on) as a new entity (``entities``), never cloning a row that holds a
+  text the reference names, then ``relabeled``: every id mapped one-to-one to a number of
+  1..SPREAD*(ids)+(fixed), the same map in every table, except the ids the reference compares with an id column
+  (``literals.id_literals``).
+- ``grown(...)``: the tables plus one such row cloned as a new entity, relabeled: a copy whose result, when it
+  depends on that row, has more rows than shown.
+The rules and why: this env's README.md.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def replayed(task: Task) -> Reference:
     from flywheel.verifiers.envs.workplace.workplace_tools import records_problem
 
     state = task.reference.state
-    problem = state_problem("state", state) or records_problem("state", state)
+    problem = state_problem("state", state) or (records_problem("state", state) if isinstance(state, dict) else None)
     if problem:
         raise ValueError(problem)
     session = workplace.Session.seeded(task)
@@ -70,11 +70,9 @@ SPEC = EnvSpec(
     seeds_path=HERE / "seeds.jsonl", tools_path=HERE / "tools.json", cases_path=HERE / "cases.jsonl",
     multi_turn=True, outcome_flags=outcome_flags, resources_server=resources_server,
     seed_fields=frozenset({"calls", "state"}), hidden_slots=True, ingest=True, replay_reference=replayed,
-    # an agent needs the gold episodes of 304 train tasks three times over, with LoRA on the MLP layers too: held-out
-    # success 0.300 (160 tasks, attention only) -> 0.475 (one epoch, all-linear) -> see bench/RESULTS.md
-    # ("Workplace: three epochs of SFT"); 80 held-out tasks per eval so that GRPO's paired interval can decide
-    # GRPO on the verifier's state match (partial credit): an episode's changes are shaped toward the golden state;
-    # success-or-nothing is untried on agents
+    # gold episodes seen three times over, LoRA on the MLP layers too, and 80 held-out tasks per eval so that
+    # GRPO's paired interval can decide: bench/results/learning.md ("Workplace: three epochs of SFT")
+    # GRPO rewards the verifier's state match (partial credit); success-or-nothing is untried on agents
     run_defaults={"n": 400, "eval_limit": 80, "sft_steps": 240, "lora_targets": "all-linear",
                   "grpo_learning_rate": 1e-4, "grpo_reward": "verifier"},
 )

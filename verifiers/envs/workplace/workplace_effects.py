@@ -1,22 +1,12 @@
 """What a workplace session did, beyond where it ended: the changes its reward compares with the golden ones.
 
-Contract:
 - ``changes(before, after)``: the final-state diff, a multiset of canonical change records (a modified or deleted
   record by id, a created record by content: its generated id is ignored).
-- A session is a live system, so two kinds of effect outlast a later undo and are counted on top of that diff
-  (``undone``), each as an unexpected change unless the golden diff has the same change:
-  - an outside effect: a created record that reached someone (``reaches_someone``: an email sent or replied, an
-    event with attendees, whose invitation went out). It is permanent: when its record is gone from the final
-    state, its creation (as it was made) still counts, so sending an unrequested email and deleting the sent copy
-    scores as sending it;
-  - an edit to a record of the initial state that the golden diff leaves alone (``edited``: after some call the
-    record differed from its initial value or was gone), still counted once as ``["edited", table, id]`` when a
-    later call put it back, so a reverted edit of a record the task never names is not free.
-  Changes to records the session created without reaching anyone (a task, an event without attendees) and edits
-  of records the golden diff changes are judged by the final state alone: an agent may fix its own mistakes there.
-- Bounded memory: a session keeps one 16-byte digest per outside effect it made (not the record, which a crafted
-  task can make large) and one (table, id) per edited record of the initial state; created records are compared
-  through the same digest (``digested``).
+- ``undone``: effects that outlast a later undo, counted on top of that diff unless the golden diff has the same
+  change: an outside effect (a created record that reached someone: an email sent, an event with attendees) whose
+  record is gone, and an edit of an initial record the golden diff leaves alone that a later call put back.
+- Bounded memory: one 16-byte digest per outside effect (``digested``), one (table, id) per edited record.
+The rules and why: this env's README.md.
 """
 
 from __future__ import annotations

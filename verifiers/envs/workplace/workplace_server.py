@@ -1,41 +1,21 @@
 """The workplace environment as a resources server, so agents in other processes can use it (like NeMo Gym's
 resources servers).
 
-Contract (JSON over HTTP, bind to 127.0.0.1):
-- POST /seed_session {"task": <workplace Task>} -> {"session_id", "tools"}: a fresh isolated session per rollout.
-- POST /<tool name> {"session_id", "args": {...}} -> {"observation"}: one endpoint per tool. An agent's bad
-  call (wrong id, arguments that break the schema) is an error observation, as in process.
+JSON over HTTP, bound to 127.0.0.1:
+- POST /seed_session {"task"} -> {"session_id", "tools"}: a fresh isolated session per rollout.
+- POST /<tool name> {"session_id", "args"} -> {"observation"}: one endpoint per tool; a bad call is an error
+  observation, as in process.
 - POST /verify {"session_id", "close": true} -> the Verdict of the session's state now.
-- GET /sessions/{id}/state -> the session's state; DELETE /sessions/{id}; GET /health.
-- Limits (``Limits``; ``flywheel serve-env`` options): a request body over ``max_body_kb`` gets 413 (the
-  Content-Length is checked first; a chunked body is cut off once it passes the limit). A session holds at most
-  ``max_session_kb`` of memory: its task, its state and its call log, sized by :func:`held_size` (compact JSON plus
-  ``NODE_BYTES`` per value and per key, which tracks what Python holds: ``{"0": {}, "1": {}, ...}`` is ~10 bytes of
-  JSON but ~150 bytes of objects per record). A task over it gets 413; a call that would pass it is an error
-  observation and is not made. So the sessions' data stays under ``max_sessions x max_session_kb`` (the defaults,
-  4096 x 256 KB, are 1 GiB; a shipped workplace task takes under 64 KB). Sessions untouched for ``session_ttl_s``
-  are dropped, and every session is dropped ``session_max_age_s`` after it was seeded even if kept busy, so one
-  client cannot hold the table for ever; their ids then get 404 saying they expired and why. At most
-  ``max_sessions`` are open (429).
-- Malformed requests get 4xx with a one-line message, never a 500: 422 a body that breaks the request model
-  (the message names the field, the body is never echoed), 404 unknown or expired session or unknown tool,
-  400 a task that is not a workplace task (no state, a state that is not {table: {id: record}}, a tool schema
-  that does not compile), 422 a state that a tool or the scorer cannot work on, 413 too big, 429 too many
-  open sessions.
-- The global lock guards only the session table (dict operations); schema compilation, deep copies, tool
-  calls and scoring run outside it (a tool call under its own session's lock), so one slow request never
-  freezes the other sessions.
-- No request holds one of the server's threads for long, however many a client sends at once: a tool call
-  waits at most ``BUSY_WAIT_S`` for its session's lock and for a bounded-check worker (an untrusted tool's
-  checks, ``verifiers.tool_checks``), then its observation says the environment is busy (retry; the call was
-  not made); /verify and the state endpoints get 503 past that wait. GET /health runs on the event loop, off
-  the thread pool.
+- GET /sessions/{id}/state; DELETE /sessions/{id}; GET /health.
+- ``Limits`` bound request bodies, each session's held memory, idle and total session age and the number of open
+  sessions; malformed requests get a one-line 4xx, never a 500; no request holds a server thread for long
+  (``BUSY_WAIT_S``, then a busy observation or 503). Details: this env's README.md.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -90,7 +70,7 @@ def create_app(limits: Limits | None = None) -> FastAPI:
     sessions = Sessions(limits)
 
     @contextmanager
-    def locked(slot: Slot) -> Iterator[None]:
+    def locked(slot: Slot) -> Generator[None, None, None]:
         if not slot.lock.acquire(timeout=BUSY_WAIT_S):
             raise HTTPException(503, "the session is busy with other requests: retry")
         try:

@@ -74,7 +74,7 @@ def highest(records: dict[str, Any], table: str) -> int:
 
 def new_id(records: dict[str, Any], table: str, floor: int = 0) -> str:
     """The id of the next record created in ``records`` (the table ``table``): ``NEW-<table>-<n>`` with n past the
-    table's size (the numbering before 1.2, unchanged while nothing was deleted), past every n already there and
+    table's size (the plain numbering while nothing was deleted), past every n already there and
     past ``floor`` (the highest n the session issued)."""
     prefix = f"NEW-{table}-"
     n = max(len(records), highest(records, table), floor) + 1
