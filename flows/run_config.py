@@ -25,6 +25,7 @@ from flywheel.tasks.training.replay import FOCUS_HELP, REPLAY_HELP
 from flywheel.tasks.training.rewards import REWARD_HELP, RewardKind
 
 PROFILES = Path(__file__).parent / "profiles"  # the named profiles: NAME.yaml ("default" is RunConfig's fields)
+MAX_PROFILE_BYTES = 64 * 1024
 PROFILE_SECTIONS = {"all": "every env", "tool_catalog": "single-turn envs with a tool catalog, over `all`"}
 
 
@@ -49,20 +50,25 @@ def load_profile(profile: str) -> dict[str, dict[str, Any]]:
         raise ValueError(f"--profile {profile}: choose one of {names}, or the path of a .yaml file shaped like "
                          "flows/profiles/full.yaml")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_PROFILE_BYTES + 1)
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise ValueError(f"--profile {profile}: larger than {MAX_PROFILE_BYTES // 1024} KB; a profile is a few "
+                             "dozen options")
+        data = yaml.safe_load(raw.decode("utf-8")) or {}
     except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--profile {profile}: not readable YAML ({' '.join(str(exc).split())[:200]})") from None
     unknown = [k for k in data if k not in PROFILE_SECTIONS] if isinstance(data, dict) else None
     if unknown is None or unknown:
         raise ValueError(f"--profile {profile}: the file must map sections {', '.join(PROFILE_SECTIONS)} to options"
-                         f"{f', not {unknown[0]!r}' if unknown else ''}")
+                         f"{f', not {str(unknown[0])[:80]!r}' if unknown else ''}")
     fixed = {"profile", "out", "env", "seed"}
     for section, values in data.items():
         bad = [k for k in values if k not in RunConfig.model_fields or k in fixed] if isinstance(values, dict) \
             else ["(not a mapping)"]
         if bad:
-            raise ValueError(f"--profile {profile}: section {section}: {bad[0]} is not a `flywheel run` option a "
-                             "profile sets; see `flywheel run --help`")
+            raise ValueError(f"--profile {profile}: section {section}: {str(bad[0])[:80]} is not a `flywheel run` "
+                             "option a profile sets; see `flywheel run --help`")
     return {k: dict(v) for k, v in data.items()}
 
 

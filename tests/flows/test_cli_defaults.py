@@ -213,7 +213,9 @@ def test_a_copied_profile_file_is_a_recipe_and_a_broken_one_fails_in_one_line(tm
         full.model_dump(exclude={"grpo_steps", "profile", "check_interval"})
     for body, needle in [("all: [1]\n", "(not a mapping)"), ("extra:\n  n: 3\n", "not 'extra'"),
                          ("all:\n  out: x\n", "section all: out is not"), ("all: {n: [\n", "not readable YAML"),
-                         ("all:\n  n: 5\n", "greater than or equal to 20")]:
+                         ("all:\n  n: 5\n", "greater than or equal to 20"),
+                         ("all:\n  " + "x" * 500 + ": 1\n", "x" * 80 + " is not"),
+                         ("# " + "x" * 70_000 + "\nall: {}\n", "larger than 64 KB")]:
         mine.write_text(body)
         with pytest.raises(ValueError, match=re.escape(needle)):
             RunConfig(profile=str(mine))

@@ -289,10 +289,10 @@ def test_train_expected_errors_are_one_line_before_any_flow(tmp_path) -> None:
               f"error: --skip-tasks {garbage} is not a per_task.parquet with task_id and mark columns ("),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(every)],
               f"error: no train tasks left to train on: --skip-tasks {every} marks all 4 train tasks always or never "
-              "solved (check --skip-tasks, --train-on and --limit)"),
+              "solved (check --skip-tasks, --train-on and --train-limit)"),
              (["train", "--dataset", str(tool), "--out", out, "--skip-tasks", str(solved), "--train-on", "failures"],
               f"error: no train tasks left to train on: --skip-tasks {solved} marks all 4 train tasks always solved "
-              "(check --skip-tasks, --train-on and --limit)"),
+              "(check --skip-tasks, --train-on and --train-limit)"),
              (["train", "--dataset", str(tool), "--out", out, "--train-on", "never"],
               "error: --train-on: Input should be 'mixed' or 'failures'"),
              (["train", "--dataset", str(tool), "--out", out, "--learning-rate", "inf"],

@@ -42,7 +42,7 @@ def test_reduced_end_to_end_run_leaves_consistent_artifacts(tmp_path) -> None:
     grpo_config = json.loads((out / "grpo" / "train_config.json").read_text())
     mixed = (curriculum["mark"] == "mixed").any()
     sft_config = json.loads((out / "sft" / "train_config.json").read_text())
-    assert sft_config["validation"] == grpo_config["validation"] > 0  # SFT never trains on GRPO's validation slice
+    assert sft_config["validation_tasks"] == grpo_config["validation_tasks"] > 0  # SFT never trains on the slice
     assert grpo_config["reward"] == "success"  # the loop trains on what the gate counts (RunConfig.grpo_reward)
     assert grpo_config["replay_weight"] == 0.5 and sft_config["replay_weight"] == 0  # GRPO replays SFT's answers
     assert grpo_config["replay_focus"] == "tools"  # of the tasks calling the tools GRPO's tasks call
