@@ -21,6 +21,9 @@ from flywheel.verifiers.envs import env_names, get_env
 RENAMED = {"max_steps": "steps", "max_completion_length": "max_tokens", "eval_interval": "check_interval",
            "validation": "validation_tasks", "limit": "train_limit"}
 
+# options only GRPO reads: an SFT run's record of them does not make it another run
+GRPO_ONLY = frozenset({"num_generations", "loss_type", "beta", "scale_rewards", "temperature", "refill", "reward",
+                       "replay_weight", "replay_rows", "replay_focus", "rollout_backend"})
 AGENT_STEPS = 6  # held-out agent episodes stop here, as `flywheel eval --max-steps` does by default
 
 

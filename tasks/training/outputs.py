@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.tasks.files import changed_options, check_destination, read_claim, share_tree, write_text_atomic
-from flywheel.tasks.training.config import RENAMED, TrainConfig
+from flywheel.tasks.training.config import GRPO_ONLY, RENAMED, TrainConfig
 
 
 def checkpoint_complete(ckpt: Path) -> bool:
@@ -91,14 +91,15 @@ def check_train_paths(out: Path, start: Path, registry: Path | None, parent: str
 
 
 def check_claim(out: Path, config: TrainConfig) -> None:
-    """OUT belongs to one config: resuming checkpoints of another run would silently mix two trainings. Run by the
-    CLI before any flow, and again by ``train``. ValueError: OUT holds another run, or a train_config.json that is
+    """OUT belongs to one config: resuming checkpoints of another run would silently mix two trainings (options SFT
+    never reads, ``GRPO_ONLY``, do not make an SFT run another). Run by the CLI before any flow, and again by
+    ``train``. ValueError: OUT holds another run, or a train_config.json that is
     not one (a FIFO, a link, not a JSON object: one line, never a hang)."""
     found = read_claim(out / "train_config.json", "a training run's config")
     if found is None:
         return
     found = {RENAMED.get(k, k): v for k, v in found.items()}
-    if changed_options(found, config):
+    if changed_options(found, config, GRPO_ONLY if config.method == "sft" else frozenset()):
         raise ValueError(f"{out} holds a training run with other options; rerun with the same options to resume it, "
                          "or pass a new --out")
 

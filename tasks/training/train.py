@@ -223,7 +223,7 @@ def train(config: TrainConfig, notify: Callable[[dict[str, Any]], None] | None =
     if config.method == "grpo" and config.replay_weight:  # every train task but the validation slice
         from flywheel.tasks.training.replay import Replay, same_tools
 
-        pool = load_tasks(config.model_copy(update={"skip_tasks": None, "limit": None}), "train")
+        pool = load_tasks(config.model_copy(update={"skip_tasks": None, "train_limit": None}), "train")
         if config.replay_focus == "tools":
             pool = same_tools(pool, tasks)
         replay = Replay(tokenizer, pool, config.seed, config.replay_rows, config.replay_weight, config.prefix_cache)

@@ -84,6 +84,11 @@ def test_an_out_folder_belongs_to_one_training_config(dataset, tmp_path) -> None
     (tmp_path / "train_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "steps"}))
     with pytest.raises(ValueError, match="other options"):  # a missing option whose value is not the default
         _claim(tmp_path, TrainConfig(dataset=dataset, out=str(tmp_path), steps=4))
+    sft = tmp_path / "sft"  # SFT reads no GRPO option: a record that differs only there is the same SFT run
+    _claim(sft, TrainConfig(dataset=dataset, out=str(sft), method="sft", reward="success", replay_rows=32))
+    _claim(sft, TrainConfig(dataset=dataset, out=str(sft), method="sft"))
+    with pytest.raises(ValueError, match="other options"):
+        _claim(sft, TrainConfig(dataset=dataset, out=str(sft), method="sft", learning_rate=0.5))
 
 
 def test_bad_train_options_fail_with_one_clear_line(dataset, tmp_path) -> None:
